@@ -1,0 +1,45 @@
+// Subcommands of lmtrain and lmeval. Each add_* registers its CLI11 subcommand with its
+// options and returns the function that runs it; the mains stay thin.
+#pragma once
+
+#include <CLI/CLI.hpp>
+
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "core/status.h"
+
+namespace lm::app {
+
+struct Command {
+  CLI::App* sub = nullptr;
+  std::function<absl::Status()> run;
+};
+using Registry = std::vector<Command>;
+
+// Options every subcommand shares, filled before run() is called.
+struct GlobalOptions {
+  int threads = 0;  // 0 = all cores
+  bool quiet = false;
+};
+GlobalOptions& global_options();
+
+// Adds --threads and --quiet to a subcommand.
+void add_global_flags(CLI::App* sub);
+
+// Parses argv, runs the chosen subcommand and returns the process exit code.
+int run_main(CLI::App& app, Registry& registry, int argc, char** argv);
+
+// lmtrain
+void add_check(CLI::App& app, Registry& reg);
+void add_tokenizer(CLI::App& app, Registry& reg);
+void add_prepare(CLI::App& app, Registry& reg);
+void add_fit(CLI::App& app, Registry& reg);
+void add_demo(CLI::App& app, Registry& reg);
+
+// lmeval
+void add_nll(CLI::App& app, Registry& reg);
+void add_mc(CLI::App& app, Registry& reg);
+
+}  // namespace lm::app

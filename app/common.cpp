@@ -1,0 +1,43 @@
+#include <cstdio>
+
+#include "app/commands.h"
+#include "core/log.h"
+#include "core/runtime.h"
+
+namespace lm::app {
+
+GlobalOptions& global_options() {
+  static GlobalOptions g;
+  return g;
+}
+
+void add_global_flags(CLI::App* sub) {
+  sub->add_option("--threads", global_options().threads, "CPU threads (0 = all cores)")
+      ->capture_default_str();
+  sub->add_flag("--quiet,-q", global_options().quiet, "only warnings and errors");
+}
+
+int run_main(CLI::App& app, Registry& registry, int argc, char** argv) {
+  app.require_subcommand(1);
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    int rc = app.exit(e);
+    return rc == 0 ? kExitOk : kExitBadInput;
+  }
+  init_output(global_options().quiet);
+  setup_threads(global_options().threads);
+  for (auto& cmd : registry) {
+    if (cmd.sub->parsed()) {
+      try {
+        return report_error(cmd.run());
+      } catch (const std::exception& e) {
+        std::fprintf(stderr, "error: %s\n", e.what());
+        return kExitRuntime;
+      }
+    }
+  }
+  return kExitBadInput;
+}
+
+}  // namespace lm::app

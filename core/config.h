@@ -1,0 +1,188 @@
+// Strict JSON for plain config structs.
+//
+// A struct opts in with one member template that names its fields once:
+//   struct ModelConfig {
+//     int64_t n_layers = 2;
+//     template <class V> void visit(V& v) { v("n_layers", n_layers); }
+//   };
+// from_json() then rejects unknown keys and wrong types with the dotted path of the field
+// ("model.n_layers: expected an integer, got string"), and to_json() writes the resolved config.
+#pragma once
+
+#include <cmath>
+#include <cstdint>
+#include <set>
+#include <string>
+#include <type_traits>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "core/status.h"
+
+namespace lm {
+
+using Json = nlohmann::json;
+
+namespace config_detail {
+
+template <class T, class = void>
+struct has_visit : std::false_type {};
+template <class T>
+struct has_visit<T, std::void_t<decltype(std::declval<T&>().visit(std::declval<int&>()))>>
+    : std::true_type {};
+
+inline std::string join_path(const std::string& base, const std::string& key) {
+  return base.empty() ? key : base + "." + key;
+}
+
+inline const char* type_name(const Json& j) { return j.type_name(); }
+
+template <class T>
+absl::Status read_value(const Json& j, T& out, const std::string& path);
+
+template <class T>
+Json write_value(const T& value);
+
+class Reader {
+ public:
+  Reader(const Json& j, std::string path) : j_(j), path_(std::move(path)) {}
+  template <class T>
+  void operator()(const char* key, T& field) {
+    seen_.insert(key);
+    if (!status_.ok()) return;
+    auto it = j_.find(key);
+    if (it == j_.end()) return;  // missing keys keep their defaults
+    status_ = read_value(*it, field, join_path(path_, key));
+  }
+  absl::Status finish() {
+    if (!status_.ok()) return status_;
+    for (auto it = j_.begin(); it != j_.end(); ++it) {
+      if (!seen_.count(it.key())) {
+        std::string known;
+        for (const auto& k : seen_) known += (known.empty() ? "" : ", ") + k;
+        return absl::InvalidArgumentError(absl::StrCat(join_path(path_, it.key()),
+                                                       ": unknown key (known keys: ", known, ")"));
+      }
+    }
+    return absl::OkStatus();
+  }
+
+ private:
+  const Json& j_;
+  std::string path_;
+  std::set<std::string> seen_;
+  absl::Status status_;
+};
+
+class Writer {
+ public:
+  template <class T>
+  void operator()(const char* key, const T& field) {
+    j_[key] = write_value(field);
+  }
+  Json take() { return std::move(j_); }
+
+ private:
+  Json j_ = Json::object();
+};
+
+template <class T>
+absl::Status read_value(const Json& j, T& out, const std::string& path) {
+  auto wrong = [&](const char* want) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(path, ": expected ", want, ", got ", type_name(j), " ", j.dump()));
+  };
+  if constexpr (std::is_same_v<T, bool>) {
+    if (!j.is_boolean()) return wrong("true or false");
+    out = j.get<bool>();
+  } else if constexpr (std::is_integral_v<T>) {
+    // Accept 2e9 written as a float only when it is an exact integer.
+    if (j.is_number_integer()) {
+      if constexpr (std::is_unsigned_v<T>) {
+        if (j.is_number_unsigned() || j.get<int64_t>() >= 0) {
+          out = j.get<T>();
+        } else {
+          return wrong("a non-negative integer");
+        }
+      } else {
+        out = j.get<T>();
+      }
+    } else if (j.is_number_float() && std::floor(j.get<double>()) == j.get<double>() &&
+               std::abs(j.get<double>()) < 9.0e18) {
+      out = static_cast<T>(j.get<double>());
+    } else {
+      return wrong("an integer");
+    }
+  } else if constexpr (std::is_floating_point_v<T>) {
+    if (!j.is_number()) return wrong("a number");
+    out = j.get<T>();
+  } else if constexpr (std::is_same_v<T, std::string>) {
+    if (!j.is_string()) return wrong("a string");
+    out = j.get<std::string>();
+  } else if constexpr (has_visit<T>::value) {
+    if (!j.is_object()) return wrong("an object");
+    Reader r(j, path);
+    out.visit(r);
+    return r.finish();
+  } else {
+    // std::vector<U>
+    if (!j.is_array()) return wrong("an array");
+    using U = typename T::value_type;
+    T result;
+    for (size_t i = 0; i < j.size(); ++i) {
+      U item{};
+      LM_RETURN_IF_ERROR(read_value(j[i], item, absl::StrCat(path, "[", i, "]")));
+      result.push_back(std::move(item));
+    }
+    out = std::move(result);
+  }
+  return absl::OkStatus();
+}
+
+template <class T>
+Json write_value(const T& value) {
+  if constexpr (has_visit<T>::value) {
+    Writer w;
+    const_cast<T&>(value).visit(w);
+    return w.take();
+  } else if constexpr (std::is_arithmetic_v<T> || std::is_same_v<T, std::string>) {
+    return Json(value);
+  } else {
+    Json arr = Json::array();
+    for (const auto& item : value) arr.push_back(write_value(item));
+    return arr;
+  }
+}
+
+}  // namespace config_detail
+
+// Reads fields of `out` from `j`; keys absent in `j` keep `out`'s current values, so
+// layering (defaults < file < flags) is a chain of calls. `path` prefixes error messages.
+template <class T>
+absl::Status from_json(const Json& j, T& out, const std::string& path = "") {
+  return config_detail::read_value(j, out, path);
+}
+
+template <class T>
+Json to_json(const T& value) {
+  return config_detail::write_value(value);
+}
+
+// Parses JSON text; the error names `source` and the byte offset.
+absl::StatusOr<Json> parse_json(std::string_view text, const std::string& source);
+
+// Reads and parses a JSON file; a missing file or a syntax error names the file.
+absl::StatusOr<Json> read_json_file(const std::string& path);
+
+// Atomically writes `j` (pretty-printed) to `path`.
+absl::Status write_json_file(const std::string& path, const Json& j);
+
+// Loads a config struct from a JSON file strictly; errors are prefixed with the file name.
+template <class T>
+absl::Status load_config_file(const std::string& path, T& out) {
+  LM_ASSIGN_OR_RETURN(Json j, read_json_file(path));
+  return annotate(from_json(j, out), path);
+}
+
+}  // namespace lm

@@ -1,0 +1,176 @@
+#include "core/file.h"
+
+#include <dirent.h>
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+#include <zlib.h>
+
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
+
+#include "absl/strings/str_format.h"
+
+namespace lm {
+namespace {
+
+absl::Status errno_status(std::string_view what, const std::string& path) {
+  const int err = errno;
+  std::string msg = absl::StrCat(path, ": ", std::string(what), " failed: ", std::strerror(err));
+  if (err == ENOSPC) msg += " (the disk is full: free space and retry; the previous file is intact)";
+  if (err == ENOENT) return absl::NotFoundError(msg);
+  if (err == EACCES) return absl::FailedPreconditionError(msg + " (check permissions)");
+  return absl::InternalError(msg);
+}
+
+}  // namespace
+
+absl::Status fsync_dir(const std::string& dir) {
+  int fd = ::open(dir.empty() ? "." : dir.c_str(), O_RDONLY | O_DIRECTORY);
+  if (fd < 0) return errno_status("open folder", dir);
+  int rc = ::fsync(fd);
+  ::close(fd);
+  if (rc != 0) return errno_status("fsync folder", dir);
+  return absl::OkStatus();
+}
+
+absl::Status fsync_tree(const std::string& dir) {
+  std::error_code ec;
+  for (const auto& entry : std::filesystem::directory_iterator(dir, ec)) {
+    if (!entry.is_regular_file()) continue;
+    int fd = ::open(entry.path().c_str(), O_RDONLY);
+    if (fd < 0) return errno_status("open", entry.path().string());
+    int rc = ::fsync(fd);
+    ::close(fd);
+    if (rc != 0) return errno_status("fsync", entry.path().string());
+  }
+  if (ec) return absl::InternalError(absl::StrCat(dir, ": cannot list: ", ec.message()));
+  return fsync_dir(dir);
+}
+
+absl::Status write_file_atomic(const std::string& path, std::string_view data) {
+  const std::string tmp = absl::StrFormat("%s.tmp.%d", path, static_cast<int>(::getpid()));
+  int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd < 0) return errno_status("create", tmp);
+  size_t done = 0;
+  while (done < data.size()) {
+    ssize_t n = ::write(fd, data.data() + done, data.size() - done);
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      absl::Status st = errno_status("write", tmp);
+      ::close(fd);
+      ::unlink(tmp.c_str());
+      return st;
+    }
+    done += static_cast<size_t>(n);
+  }
+  if (::fsync(fd) != 0) {
+    absl::Status st = errno_status("fsync", tmp);
+    ::close(fd);
+    ::unlink(tmp.c_str());
+    return st;
+  }
+  if (::close(fd) != 0) {
+    absl::Status st = errno_status("close", tmp);
+    ::unlink(tmp.c_str());
+    return st;
+  }
+  if (::rename(tmp.c_str(), path.c_str()) != 0) {
+    absl::Status st = errno_status("rename to " + path, tmp);
+    ::unlink(tmp.c_str());
+    return st;
+  }
+  return fsync_dir(std::filesystem::path(path).parent_path().string());
+}
+
+absl::StatusOr<std::string> read_file(const std::string& path) {
+  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return errno_status("open", path);
+  std::string out;
+  char buf[1 << 16];
+  while (true) {
+    ssize_t n = ::read(fd, buf, sizeof(buf));
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      absl::Status st = errno_status("read", path);
+      ::close(fd);
+      return st;
+    }
+    if (n == 0) break;
+    out.append(buf, static_cast<size_t>(n));
+  }
+  ::close(fd);
+  return out;
+}
+
+absl::StatusOr<MappedFile> MappedFile::open(const std::string& path) {
+  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return errno_status("open", path);
+  struct stat st;
+  if (::fstat(fd, &st) != 0) {
+    absl::Status s = errno_status("stat", path);
+    ::close(fd);
+    return s;
+  }
+  MappedFile f;
+  f.path_ = path;
+  f.size_ = static_cast<size_t>(st.st_size);
+  if (f.size_ > 0) {
+    void* p = ::mmap(nullptr, f.size_, PROT_READ, MAP_SHARED, fd, 0);
+    if (p == MAP_FAILED) {
+      absl::Status s = errno_status("mmap", path);
+      ::close(fd);
+      return s;
+    }
+    f.data_ = static_cast<const uint8_t*>(p);
+  }
+  ::close(fd);
+  return f;
+}
+
+MappedFile::MappedFile(MappedFile&& other) noexcept { *this = std::move(other); }
+
+MappedFile& MappedFile::operator=(MappedFile&& other) noexcept {
+  if (this != &other) {
+    if (data_ != nullptr) ::munmap(const_cast<uint8_t*>(data_), size_);
+    data_ = other.data_;
+    size_ = other.size_;
+    path_ = std::move(other.path_);
+    other.data_ = nullptr;
+    other.size_ = 0;
+  }
+  return *this;
+}
+
+MappedFile::~MappedFile() {
+  if (data_ != nullptr) ::munmap(const_cast<uint8_t*>(data_), size_);
+}
+
+uint32_t crc32(const void* data, size_t size, uint32_t seed) {
+  // zlib's crc32 takes uInt lengths: feed large buffers in 1 GiB pieces.
+  uLong crc = seed;
+  const auto* p = static_cast<const Bytef*>(data);
+  while (size > 0) {
+    const size_t n = size > (1u << 30) ? (1u << 30) : size;
+    crc = ::crc32(crc, p, static_cast<uInt>(n));
+    p += n;
+    size -= n;
+  }
+  return static_cast<uint32_t>(crc);
+}
+
+uint64_t fnv1a64(const void* data, size_t size, uint64_t seed) {
+  const auto* p = static_cast<const uint8_t*>(data);
+  uint64_t h = seed;
+  for (size_t i = 0; i < size; ++i) {
+    h ^= p[i];
+    h *= 0x100000001b3ULL;
+  }
+  return h;
+}
+
+std::string hex64(uint64_t value) { return absl::StrFormat("%016x", value); }
+
+}  // namespace lm

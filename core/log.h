@@ -1,0 +1,56 @@
+// Logging and progress output for people: a live line with rate and ETA on a terminal,
+// plain periodic lines otherwise (CI=true, pipes, --quiet).
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <string>
+
+#include "absl/strings/str_format.h"
+
+namespace lm {
+
+// Global output switches, set once by the programs' mains.
+struct OutputOptions {
+  bool quiet = false;        // only warnings and errors
+  bool interactive = false;  // stderr is a terminal and CI is not set
+};
+OutputOptions& output_options();
+void init_output(bool quiet);
+
+void log_line(const std::string& level, const std::string& msg);
+
+template <typename... Args>
+void log_info(const absl::FormatSpec<Args...>& fmt, const Args&... args) {
+  if (!output_options().quiet) log_line("info", absl::StrFormat(fmt, args...));
+}
+template <typename... Args>
+void log_warn(const absl::FormatSpec<Args...>& fmt, const Args&... args) {
+  log_line("warn", absl::StrFormat(fmt, args...));
+}
+
+// "1h02m", "3m05s", "12s".
+std::string format_duration(double seconds);
+// "12.3k", "4.56M", "1.20B".
+std::string format_count(double value);
+
+// Progress over a known total (bytes, tokens, steps): rate and ETA.
+class Progress {
+ public:
+  Progress(std::string label, double total, std::string unit);
+  // Sets the amount done; `extra` is appended to the line (e.g. "loss 3.21").
+  void update(double done, const std::string& extra = "");
+  void finish(const std::string& extra = "");
+  double elapsed_s() const;
+
+ private:
+  void print(double done, const std::string& extra, bool final_line);
+  std::string label_;
+  double total_;
+  std::string unit_;
+  std::chrono::steady_clock::time_point start_;
+  std::chrono::steady_clock::time_point last_print_;
+  bool printed_ = false;
+};
+
+}  // namespace lm

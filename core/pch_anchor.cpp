@@ -1,0 +1,2 @@
+// Anchor for the shared precompiled <torch/torch.h>; see CMakeLists.txt.
+#include <torch/torch.h>

@@ -1,0 +1,72 @@
+#include "model/config.h"
+
+namespace lm::model {
+
+absl::Status validate(const ModelConfig& c) {
+  auto bad = [](const std::string& m) { return absl::InvalidArgumentError("model." + m); };
+  if (c.vocab_size <= 0) return bad("vocab_size must be positive");
+  if (c.d_model <= 0 || c.n_layers <= 0 || c.n_heads <= 0 || c.d_ff <= 0)
+    return bad("d_model, n_layers, n_heads and d_ff must be positive");
+  if (c.d_model % c.n_heads != 0)
+    return bad(absl::StrCat("n_heads: ", c.n_heads, " does not divide d_model ", c.d_model));
+  if (c.head_dim() % 2 != 0) return bad("head_dim (d_model/n_heads) must be even for rotary");
+  if (c.n_kv_heads <= 0 || c.n_heads % c.n_kv_heads != 0)
+    return bad(absl::StrCat("n_kv_heads: ", c.n_kv_heads, " must divide n_heads ", c.n_heads));
+  if (c.max_seq_len <= 0) return bad("max_seq_len must be positive");
+  if (c.attention != "fused" && c.attention != "reference")
+    return bad("attention: expected \"fused\" or \"reference\", got \"" + c.attention + "\"");
+  return absl::OkStatus();
+}
+
+std::vector<std::string> preset_names() { return {"tiny", "small", "124m", "400m", "1b"}; }
+
+absl::StatusOr<ModelConfig> preset(const std::string& name) {
+  ModelConfig c;
+  c.preset = name;
+  if (name == "tiny") {
+    c.vocab_size = 512; c.d_model = 64; c.n_layers = 2; c.n_heads = 4; c.n_kv_heads = 2;
+    c.d_ff = 192; c.max_seq_len = 128;
+  } else if (name == "small") {
+    c.vocab_size = 8192; c.d_model = 256; c.n_layers = 6; c.n_heads = 8; c.n_kv_heads = 8;
+    c.d_ff = 768; c.max_seq_len = 256;
+  } else if (name == "124m") {
+    c.vocab_size = 32000; c.d_model = 768; c.n_layers = 12; c.n_heads = 12; c.n_kv_heads = 12;
+    c.d_ff = 2048; c.max_seq_len = 1024;
+  } else if (name == "400m") {
+    c.vocab_size = 32000; c.d_model = 1024; c.n_layers = 24; c.n_heads = 16; c.n_kv_heads = 16;
+    c.d_ff = 3072; c.max_seq_len = 2048; c.tie_embeddings = false;
+  } else if (name == "1b") {
+    c.vocab_size = 32000; c.d_model = 2048; c.n_layers = 22; c.n_heads = 32; c.n_kv_heads = 8;
+    c.d_ff = 5632; c.max_seq_len = 2048;
+  } else {
+    std::string names;
+    for (const auto& n : preset_names()) names += (names.empty() ? "" : ", ") + n;
+    return absl::InvalidArgumentError("unknown preset '" + name + "' (known: " + names + ")");
+  }
+  return c;
+}
+
+int64_t param_count(const ModelConfig& c) {
+  const int64_t hd = c.head_dim();
+  const int64_t attn = c.d_model * hd * c.n_heads        // q_proj
+                       + 2 * c.d_model * hd * c.n_kv_heads  // k_proj, v_proj
+                       + c.n_heads * hd * c.d_model;        // o_proj
+  const int64_t mlp = 3 * c.d_model * c.d_ff;               // gate, up, down
+  const int64_t norms = 2 * c.d_model;
+  const int64_t emb = c.vocab_size * c.d_model;
+  return emb + (c.tie_embeddings ? 0 : emb) + c.n_layers * (attn + mlp + norms) + c.d_model;
+}
+
+int64_t matmul_param_count(const ModelConfig& c) {
+  const int64_t emb = c.vocab_size * c.d_model;
+  // Untied: drop the lookup table, keep the head. Tied: the one matrix is the head.
+  return c.tie_embeddings ? param_count(c) : param_count(c) - emb;
+}
+
+double train_flops_per_token(const ModelConfig& c, int64_t seq_len) {
+  return 6.0 * static_cast<double>(matmul_param_count(c)) +
+         12.0 * static_cast<double>(c.n_layers) * static_cast<double>(seq_len) *
+             static_cast<double>(c.d_model);
+}
+
+}  // namespace lm::model

@@ -1,0 +1,65 @@
+// Model configuration, presets, exact parameter counts and training FLOPs.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "core/status.h"
+
+namespace lm::model {
+
+struct ModelConfig {
+  std::string preset = "custom";
+  int64_t vocab_size = 512;
+  int64_t d_model = 64;
+  int64_t n_layers = 2;
+  int64_t n_heads = 4;
+  int64_t n_kv_heads = 4;  // < n_heads: grouped-query attention (each kv head serves n_heads/n_kv_heads)
+  int64_t d_ff = 192;      // SwiGLU hidden width
+  int64_t max_seq_len = 128;
+  double rope_theta = 10000.0;
+  double norm_eps = 1e-5;
+  bool tie_embeddings = true;
+  double init_std = 0.02;
+  std::string attention = "fused";  // "fused" (SDPA on LibTorch >= 2) or "reference"
+
+  int64_t head_dim() const { return d_model / n_heads; }
+
+  template <class V>
+  void visit(V& v) {
+    v("preset", preset);
+    v("vocab_size", vocab_size);
+    v("d_model", d_model);
+    v("n_layers", n_layers);
+    v("n_heads", n_heads);
+    v("n_kv_heads", n_kv_heads);
+    v("d_ff", d_ff);
+    v("max_seq_len", max_seq_len);
+    v("rope_theta", rope_theta);
+    v("norm_eps", norm_eps);
+    v("tie_embeddings", tie_embeddings);
+    v("init_std", init_std);
+    v("attention", attention);
+  }
+};
+
+// Checks the shape constraints (heads divide d_model, kv heads divide heads, ...).
+absl::Status validate(const ModelConfig& cfg);
+
+// tiny (tests, < 1M params), small (CPU demo, ~7M), 124m, 400m (the reference report), 1b.
+absl::StatusOr<ModelConfig> preset(const std::string& name);
+std::vector<std::string> preset_names();
+
+// Exact number of trainable parameters of Transformer(cfg) (tied embedding counted once).
+int64_t param_count(const ModelConfig& cfg);
+
+// Parameters that take part in matmuls: everything but the input embedding lookup, plus the
+// LM head (which for tied embeddings is the embedding matrix). This is the N of 6N.
+int64_t matmul_param_count(const ModelConfig& cfg);
+
+// Training FLOPs per token at sequence length `seq_len`: 6N + 12·L·T·d
+// (forward 2N + backward 4N for the matmuls, plus QK^T and AV: PaLM paper, appendix B).
+double train_flops_per_token(const ModelConfig& cfg, int64_t seq_len);
+
+}  // namespace lm::model

@@ -1,0 +1,215 @@
+#include "model/transformer.h"
+
+#include <torch/version.h>
+
+#include <cmath>
+
+namespace lm::model {
+
+namespace F = torch::nn::functional;
+
+RMSNormImpl::RMSNormImpl(int64_t dim, double eps) : eps_(eps) {
+  weight = register_parameter("weight", torch::ones({dim}));
+}
+
+torch::Tensor RMSNormImpl::forward(const torch::Tensor& x) {
+  // Normalise in fp32 so bf16 activations do not lose the small-variance tail.
+  auto xf = x.to(torch::kFloat32);
+  auto y = xf * torch::rsqrt(xf.pow(2).mean(-1, /*keepdim=*/true) + eps_);
+  return y.to(x.scalar_type()) * weight.to(x.scalar_type());
+}
+
+std::pair<torch::Tensor, torch::Tensor> rotary_tables(int64_t seq_len, int64_t head_dim,
+                                                      double theta, int64_t offset,
+                                                      torch::Device device) {
+  auto opts = torch::TensorOptions().dtype(torch::kFloat32).device(device);
+  // inv_freq[i] = theta^(-2i/D), i in [0, D/2)
+  auto inv_freq = torch::pow(theta, -torch::arange(0, head_dim, 2, opts) / head_dim);
+  auto pos = torch::arange(offset, offset + seq_len, opts);
+  auto freqs = torch::outer(pos, inv_freq);      // [T, D/2]
+  auto emb = torch::cat({freqs, freqs}, -1);     // [T, D]
+  return {emb.cos(), emb.sin()};
+}
+
+torch::Tensor apply_rotary(const torch::Tensor& x, const torch::Tensor& cos,
+                           const torch::Tensor& sin) {
+  const int64_t half = x.size(-1) / 2;
+  auto x1 = x.narrow(-1, 0, half);
+  auto x2 = x.narrow(-1, half, half);
+  auto rotated = torch::cat({-x2, x1}, -1);
+  auto c = cos.to(x.scalar_type());
+  auto s = sin.to(x.scalar_type());
+  return x * c + rotated * s;
+}
+
+torch::Tensor reference_attention(const torch::Tensor& q, const torch::Tensor& k,
+                                  const torch::Tensor& v, bool causal) {
+  const int64_t T = q.size(2);
+  const double scale = 1.0 / std::sqrt(static_cast<double>(q.size(-1)));
+  auto scores = torch::matmul(q, k.transpose(-2, -1)) * scale;  // [B, H, T, T]
+  if (causal) {
+    auto mask = torch::ones({T, T}, torch::TensorOptions().dtype(torch::kBool).device(q.device()))
+                    .triu(1);
+    scores = scores.masked_fill(mask, -std::numeric_limits<float>::infinity());
+  }
+  // Softmax in fp32 for stability under bf16.
+  auto probs = torch::softmax(scores.to(torch::kFloat32), -1).to(q.scalar_type());
+  return torch::matmul(probs, v);
+}
+
+bool fused_attention_available() { return TORCH_VERSION_MAJOR >= 2; }
+
+torch::Tensor fused_attention(const torch::Tensor& q, const torch::Tensor& k,
+                              const torch::Tensor& v) {
+#if TORCH_VERSION_MAJOR >= 2
+  return at::scaled_dot_product_attention(q, k, v, /*attn_mask=*/{}, /*dropout_p=*/0.0,
+                                          /*is_causal=*/true);
+#else
+  return reference_attention(q, k, v, true);
+#endif
+}
+
+AttentionImpl::AttentionImpl(const ModelConfig& cfg)
+    : use_fused(cfg.attention == "fused"),
+      n_heads_(cfg.n_heads),
+      n_kv_heads_(cfg.n_kv_heads),
+      head_dim_(cfg.head_dim()) {
+  auto lin = [&](const char* name, int64_t in, int64_t out) {
+    return register_module(name, torch::nn::Linear(torch::nn::LinearOptions(in, out).bias(false)));
+  };
+  q_proj = lin("q_proj", cfg.d_model, n_heads_ * head_dim_);
+  k_proj = lin("k_proj", cfg.d_model, n_kv_heads_ * head_dim_);
+  v_proj = lin("v_proj", cfg.d_model, n_kv_heads_ * head_dim_);
+  o_proj = lin("o_proj", n_heads_ * head_dim_, cfg.d_model);
+}
+
+torch::Tensor AttentionImpl::forward(const torch::Tensor& x, const torch::Tensor& cos,
+                                     const torch::Tensor& sin) {
+  const int64_t B = x.size(0), T = x.size(1);
+  // x: [B, T, C] -> q: [B, H, T, D], k, v: [B, Hkv, T, D]
+  auto q = q_proj(x).view({B, T, n_heads_, head_dim_}).transpose(1, 2);
+  auto k = k_proj(x).view({B, T, n_kv_heads_, head_dim_}).transpose(1, 2);
+  auto v = v_proj(x).view({B, T, n_kv_heads_, head_dim_}).transpose(1, 2);
+  q = apply_rotary(q, cos, sin);
+  k = apply_rotary(k, cos, sin);
+  if (n_kv_heads_ != n_heads_) {
+    // Grouped-query: kv head j serves query heads j*rep .. j*rep+rep-1 (HF repeat_kv order).
+    const int64_t rep = n_heads_ / n_kv_heads_;
+    k = k.repeat_interleave(rep, 1);
+    v = v.repeat_interleave(rep, 1);
+  }
+  torch::Tensor y;
+  if (debug_break_causality) {
+    y = reference_attention(q, k, v, /*causal=*/false);
+  } else if (use_fused) {
+    y = fused_attention(q, k, v);
+  } else {
+    y = reference_attention(q, k, v, true);
+  }
+  // y: [B, H, T, D] -> [B, T, C]
+  y = y.transpose(1, 2).reshape({B, T, n_heads_ * head_dim_});
+  return o_proj(y);
+}
+
+MLPImpl::MLPImpl(const ModelConfig& cfg) {
+  auto lin = [&](const char* name, int64_t in, int64_t out) {
+    return register_module(name, torch::nn::Linear(torch::nn::LinearOptions(in, out).bias(false)));
+  };
+  gate_proj = lin("gate_proj", cfg.d_model, cfg.d_ff);
+  up_proj = lin("up_proj", cfg.d_model, cfg.d_ff);
+  down_proj = lin("down_proj", cfg.d_ff, cfg.d_model);
+}
+
+torch::Tensor MLPImpl::forward(const torch::Tensor& x) {
+  return down_proj(F::silu(gate_proj(x)) * up_proj(x));
+}
+
+BlockImpl::BlockImpl(const ModelConfig& cfg) {
+  input_layernorm = register_module("input_layernorm", RMSNorm(cfg.d_model, cfg.norm_eps));
+  self_attn = register_module("self_attn", Attention(cfg));
+  post_attention_layernorm =
+      register_module("post_attention_layernorm", RMSNorm(cfg.d_model, cfg.norm_eps));
+  mlp = register_module("mlp", MLP(cfg));
+}
+
+torch::Tensor BlockImpl::forward(const torch::Tensor& x, const torch::Tensor& cos,
+                                 const torch::Tensor& sin) {
+  auto h = x + self_attn(input_layernorm(x), cos, sin);
+  return h + mlp(post_attention_layernorm(h));
+}
+
+DecoderImpl::DecoderImpl(const ModelConfig& cfg) {
+  embed_tokens = register_module("embed_tokens", torch::nn::Embedding(cfg.vocab_size, cfg.d_model));
+  layers = register_module("layers", torch::nn::ModuleList());
+  for (int64_t i = 0; i < cfg.n_layers; ++i) layers->push_back(Block(cfg));
+  norm = register_module("norm", RMSNorm(cfg.d_model, cfg.norm_eps));
+}
+
+TransformerImpl::TransformerImpl(const ModelConfig& cfg) : cfg_(cfg) {
+  model = register_module("model", Decoder(cfg));
+  if (!cfg.tie_embeddings) {
+    lm_head = register_module(
+        "lm_head", torch::nn::Linear(torch::nn::LinearOptions(cfg.d_model, cfg.vocab_size).bias(false)));
+  }
+  init_weights(0);
+}
+
+void TransformerImpl::init_weights(uint64_t seed) {
+  // GPT-2 / nanoGPT init: N(0, init_std) for every matrix, the two residual output projections
+  // (o_proj, down_proj) scaled by 1/sqrt(2·n_layers) so the residual stream's variance does not
+  // grow with depth (Radford et al. 2019); norm weights 1.
+  torch::NoGradGuard no_grad;
+  auto gen = at::detail::createCPUGenerator(seed);
+  const double std = cfg_.init_std;
+  const double resid_std = std / std::sqrt(2.0 * static_cast<double>(cfg_.n_layers));
+  for (auto& p : named_parameters()) {
+    const std::string& name = p.key();
+    torch::Tensor& w = p.value();
+    if (w.dim() == 1) {
+      w.fill_(1.0);
+      continue;
+    }
+    const bool resid = name.find("o_proj") != std::string::npos ||
+                       name.find("down_proj") != std::string::npos;
+    // Draw on CPU with an explicit generator so the init is the same on every device.
+    auto cpu = at::normal(0.0, resid ? resid_std : std, w.sizes(), gen);
+    w.copy_(cpu);
+  }
+}
+
+void TransformerImpl::set_fused_attention(bool on) {
+  for (auto& layer : *model->layers) layer->as<BlockImpl>()->self_attn->use_fused = on;
+}
+
+void TransformerImpl::set_debug_break_causality(bool on) {
+  for (auto& layer : *model->layers) layer->as<BlockImpl>()->self_attn->debug_break_causality = on;
+}
+
+torch::Tensor TransformerImpl::hidden(const torch::Tensor& tokens) {
+  TORCH_CHECK(tokens.dim() == 2, "tokens must be [B, T], got ", tokens.sizes());
+  const int64_t T = tokens.size(1);
+  TORCH_CHECK(T <= cfg_.max_seq_len, "sequence length ", T, " exceeds max_seq_len ",
+              cfg_.max_seq_len);
+  auto [cos, sin] = rotary_tables(T, cfg_.head_dim(), cfg_.rope_theta, 0, tokens.device());
+  auto x = model->embed_tokens(tokens);  // [B, T, C]
+  for (auto& layer : *model->layers) x = layer->as<BlockImpl>()->forward(x, cos, sin);
+  return model->norm(x);
+}
+
+torch::Tensor TransformerImpl::head(const torch::Tensor& h) {
+  if (lm_head) return lm_head(h);
+  return F::linear(h, model->embed_tokens->weight.to(h.scalar_type()));
+}
+
+torch::Tensor TransformerImpl::forward(const torch::Tensor& tokens) { return head(hidden(tokens)); }
+
+torch::Tensor TransformerImpl::loss(const torch::Tensor& window) {
+  const int64_t T = window.size(1) - 1;
+  auto inputs = window.narrow(1, 0, T);
+  auto targets = window.narrow(1, 1, T);
+  auto logits = forward(inputs);  // [B, T, V]
+  return F::cross_entropy(logits.reshape({-1, logits.size(-1)}).to(torch::kFloat32),
+                          targets.reshape({-1}));
+}
+
+}  // namespace lm::model

@@ -1,0 +1,115 @@
+// Llama-style decoder-only transformer as a torch::nn::Module.
+//
+// Registered names equal the Hugging Face Llama names (model.embed_tokens.weight,
+// model.layers.0.self_attn.q_proj.weight, ..., model.norm.weight, lm_head.weight), so a
+// checkpoint exports without renaming. Rotary embeddings use the Hugging Face "rotate_half"
+// convention (first and second half of each head), so no q/k permutation is needed on export.
+#pragma once
+
+#include <torch/torch.h>
+
+#include "model/config.h"
+
+namespace lm::model {
+
+// RMSNorm (Zhang & Sennrich 2019): x / sqrt(mean(x^2) + eps) * weight, computed in fp32.
+class RMSNormImpl : public torch::nn::Module {
+ public:
+  RMSNormImpl(int64_t dim, double eps);
+  torch::Tensor forward(const torch::Tensor& x);
+  torch::Tensor weight;
+
+ private:
+  double eps_;
+};
+TORCH_MODULE(RMSNorm);
+
+// Rotary tables for positions [offset, offset+T): cos, sin: [T, head_dim] (RoFormer, Su et al. 2021).
+std::pair<torch::Tensor, torch::Tensor> rotary_tables(int64_t seq_len, int64_t head_dim,
+                                                      double theta, int64_t offset,
+                                                      torch::Device device);
+// x: [B, H, T, D] -> x * cos + rotate_half(x) * sin
+torch::Tensor apply_rotary(const torch::Tensor& x, const torch::Tensor& cos,
+                           const torch::Tensor& sin);
+
+// Causal attention: q, k, v: [B, H, T, D] (k, v already expanded to H heads) -> [B, H, T, D].
+torch::Tensor reference_attention(const torch::Tensor& q, const torch::Tensor& k,
+                                  const torch::Tensor& v, bool causal = true);
+// scaled_dot_product_attention on LibTorch >= 2; the reference on 1.13.
+torch::Tensor fused_attention(const torch::Tensor& q, const torch::Tensor& k,
+                              const torch::Tensor& v);
+// True when fused_attention really is a different kernel from the reference.
+bool fused_attention_available();
+
+class AttentionImpl : public torch::nn::Module {
+ public:
+  explicit AttentionImpl(const ModelConfig& cfg);
+  // x: [B, T, C] -> [B, T, C]
+  torch::Tensor forward(const torch::Tensor& x, const torch::Tensor& cos, const torch::Tensor& sin);
+  torch::nn::Linear q_proj{nullptr}, k_proj{nullptr}, v_proj{nullptr}, o_proj{nullptr};
+  bool use_fused = true;
+  bool debug_break_causality = false;  // for the causality test only: drops the mask
+
+ private:
+  int64_t n_heads_, n_kv_heads_, head_dim_;
+};
+TORCH_MODULE(Attention);
+
+class MLPImpl : public torch::nn::Module {
+ public:
+  explicit MLPImpl(const ModelConfig& cfg);
+  // SwiGLU (Shazeer 2020): down(silu(gate(x)) * up(x))
+  torch::Tensor forward(const torch::Tensor& x);
+  torch::nn::Linear gate_proj{nullptr}, up_proj{nullptr}, down_proj{nullptr};
+};
+TORCH_MODULE(MLP);
+
+class BlockImpl : public torch::nn::Module {
+ public:
+  explicit BlockImpl(const ModelConfig& cfg);
+  torch::Tensor forward(const torch::Tensor& x, const torch::Tensor& cos, const torch::Tensor& sin);
+  RMSNorm input_layernorm{nullptr}, post_attention_layernorm{nullptr};
+  Attention self_attn{nullptr};
+  MLP mlp{nullptr};
+};
+TORCH_MODULE(Block);
+
+// The "model." prefix of Hugging Face names.
+class DecoderImpl : public torch::nn::Module {
+ public:
+  explicit DecoderImpl(const ModelConfig& cfg);
+  torch::nn::Embedding embed_tokens{nullptr};
+  torch::nn::ModuleList layers{nullptr};
+  RMSNorm norm{nullptr};
+};
+TORCH_MODULE(Decoder);
+
+class TransformerImpl : public torch::nn::Module {
+ public:
+  explicit TransformerImpl(const ModelConfig& cfg);
+
+  // tokens: [B, T] int64 -> logits [B, T, V] (fp32 unless autocast says otherwise)
+  torch::Tensor forward(const torch::Tensor& tokens);
+  // Final hidden states before the LM head: [B, T, C].
+  torch::Tensor hidden(const torch::Tensor& tokens);
+  torch::Tensor head(const torch::Tensor& h);
+  // window: [B, T+1] -> mean next-token cross entropy over B*T positions (nats).
+  torch::Tensor loss(const torch::Tensor& window);
+
+  // Re-draws every weight from the documented initialisation with `seed`.
+  void init_weights(uint64_t seed);
+  // Switches every attention layer between the fused and the reference path.
+  void set_fused_attention(bool on);
+  void set_debug_break_causality(bool on);
+
+  const ModelConfig& config() const { return cfg_; }
+
+  Decoder model{nullptr};
+  torch::nn::Linear lm_head{nullptr};  // null when embeddings are tied
+
+ private:
+  ModelConfig cfg_;
+};
+TORCH_MODULE(Transformer);
+
+}  // namespace lm::model
