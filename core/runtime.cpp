@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <cstdio>
 #include <sstream>
 #include <thread>
 
@@ -38,9 +39,25 @@ std::string backend_summary() {
     auto end = cfg.find_first_of(",\n", pos);
     return cfg.substr(pos + key.size(), end - pos - key.size());
   };
-  return absl::StrFormat("torch %s, intra-op threads %d, BLAS_INFO=%s, LAPACK=%s, mkldnn %s",
-                         TORCH_VERSION, at::get_num_threads(), pick("BLAS_INFO="),
-                         pick("LAPACK_INFO="), at::hasMKLDNN() ? "yes" : "no");
+  // Debian's LibTorch says BLAS_INFO=generic: the BLAS really used is whichever libblas the
+  // alternatives system resolves, so name the library that is mapped into this process.
+  std::string blas_lib = "?";
+  if (FILE* maps = std::fopen("/proc/self/maps", "r")) {
+    char line[4096];
+    while (std::fgets(line, sizeof(line), maps)) {
+      std::string l(line);
+      if (l.find("blas") == std::string::npos) continue;
+      auto slash = l.find('/');
+      if (slash == std::string::npos) continue;
+      blas_lib = l.substr(slash);
+      if (!blas_lib.empty() && blas_lib.back() == '\n') blas_lib.pop_back();
+      if (blas_lib.find("openblas") != std::string::npos || blas_lib.find("mkl") != std::string::npos) break;
+    }
+    std::fclose(maps);
+  }
+  return absl::StrFormat("torch %s, intra-op threads %d, BLAS %s (%s), mkldnn/oneDNN %s",
+                         TORCH_VERSION, at::get_num_threads(), pick("BLAS_INFO="), blas_lib,
+                         at::hasMKLDNN() ? "yes" : "no");
 }
 
 void install_stop_handlers() {

@@ -1,0 +1,10 @@
+#!/usr/bin/env bash
+# Installs what is missing (scripts/setup.sh), then configures and builds lmforge in build/.
+# Extra arguments go to cmake, e.g. -DCMAKE_PREFIX_PATH=... for LibTorch 2.x with CUDA.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+bash scripts/setup.sh
+BUILD_DIR=${BUILD_DIR:-build}
+JOBS=${JOBS:-$(nproc)}
+cmake -S . -B "$BUILD_DIR" -G Ninja "$@" > "$BUILD_DIR.cmake.log" 2>&1 || { cat "$BUILD_DIR.cmake.log"; exit 1; }
+ninja -C "$BUILD_DIR" -j "$JOBS" ${TARGETS:-}

@@ -1,0 +1,130 @@
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+
+#include "core/config.h"
+#include "core/file.h"
+#include "core/log.h"
+#include "core/status.h"
+
+namespace {
+
+struct Inner {
+  double lr = 1e-3;
+  std::vector<int> steps;
+  template <class V>
+  void visit(V& v) {
+    v("lr", lr);
+    v("steps", steps);
+  }
+};
+struct Outer {
+  int64_t batch = 8;
+  std::string name = "x";
+  bool flag = false;
+  Inner optim;
+  template <class V>
+  void visit(V& v) {
+    v("batch", batch);
+    v("name", name);
+    v("flag", flag);
+    v("optim", optim);
+  }
+};
+
+TEST(Config, UnknownKeyNamesDottedPath) {
+  Outer o;
+  auto st = lm::from_json(lm::Json::parse(R"({"optim": {"lr": 0.1, "betas": [0.9]}})"), o);
+  ASSERT_FALSE(st.ok());
+  EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(std::string(st.message()).find("optim.betas: unknown key"), std::string::npos) << st;
+}
+
+TEST(Config, WrongTypeNamesPathAndType) {
+  Outer o;
+  auto st = lm::from_json(lm::Json::parse(R"({"batch": "eight"})"), o);
+  ASSERT_FALSE(st.ok());
+  EXPECT_NE(std::string(st.message()).find("batch: expected an integer, got string"), std::string::npos) << st;
+  st = lm::from_json(lm::Json::parse(R"({"optim": {"steps": [1, 2.5]}})"), o);
+  ASSERT_FALSE(st.ok());
+  EXPECT_NE(std::string(st.message()).find("optim.steps[1]"), std::string::npos) << st;
+}
+
+TEST(Config, RoundTripAndLayering) {
+  Outer o;
+  ASSERT_TRUE(lm::from_json(lm::Json::parse(R"({"batch": 2e3, "optim": {"steps": [3]}})"), o).ok());
+  EXPECT_EQ(o.batch, 2000);
+  EXPECT_EQ(o.name, "x");  // absent keys keep defaults
+  ASSERT_TRUE(lm::from_json(lm::Json::parse(R"({"name": "y"})"), o).ok());
+  EXPECT_EQ(o.batch, 2000);  // a later layer only overrides what it names
+  lm::Json j = lm::to_json(o);
+  Outer back;
+  ASSERT_TRUE(lm::from_json(j, back).ok());
+  EXPECT_EQ(lm::to_json(back), j);
+  EXPECT_EQ(j["optim"]["steps"][0], 3);
+}
+
+TEST(Config, NonIntegerFloatIsRejected) {
+  Outer o;
+  EXPECT_FALSE(lm::from_json(lm::Json::parse(R"({"batch": 2.5})"), o).ok());
+}
+
+TEST(File, AtomicWriteReplacesAndLeavesNoTemp) {
+  auto dir = std::filesystem::temp_directory_path() / ("lm_core_test_" + std::to_string(getpid()));
+  std::filesystem::create_directories(dir);
+  const std::string path = (dir / "a.txt").string();
+  ASSERT_TRUE(lm::write_file_atomic(path, "first").ok());
+  ASSERT_TRUE(lm::write_file_atomic(path, "second").ok());
+  auto got = lm::read_file(path);
+  ASSERT_TRUE(got.ok());
+  EXPECT_EQ(*got, "second");
+  int files = 0;
+  for (auto& e : std::filesystem::directory_iterator(dir)) { (void)e; ++files; }
+  EXPECT_EQ(files, 1);  // no temp file left behind
+  auto missing = lm::write_file_atomic((dir / "no/such/dir/x").string(), "x");
+  EXPECT_FALSE(missing.ok());
+  EXPECT_EQ(lm::exit_code_for(missing), 2);
+  std::filesystem::remove_all(dir);
+}
+
+TEST(File, MmapAndChecksums) {
+  auto path = std::filesystem::temp_directory_path() / ("lm_mmap_" + std::to_string(getpid()));
+  ASSERT_TRUE(lm::write_file_atomic(path.string(), "123456789").ok());
+  auto m = lm::MappedFile::open(path.string());
+  ASSERT_TRUE(m.ok());
+  EXPECT_EQ(m->size(), 9u);
+  EXPECT_EQ(lm::crc32(m->data(), m->size()), 0xCBF43926u);  // the CRC-32 check value
+  EXPECT_EQ(lm::hex64(lm::fnv1a64("", 0)), "cbf29ce484222325");
+  std::filesystem::remove(path);
+  EXPECT_EQ(lm::exit_code_for(lm::MappedFile::open(path.string()).status()), 2);
+}
+
+absl::StatusOr<int> half(int x) {
+  if (x % 2) return absl::InvalidArgumentError("odd");
+  return x / 2;
+}
+absl::Status quarter(int x, int* out) {
+  LM_ASSIGN_OR_RETURN(int h, half(x));
+  LM_ASSIGN_OR_RETURN(*out, half(h));
+  LM_RETURN_IF_ERROR(absl::OkStatus());
+  return absl::OkStatus();
+}
+
+TEST(Status, Macros) {
+  int out = 0;
+  EXPECT_TRUE(quarter(8, &out).ok());
+  EXPECT_EQ(out, 2);
+  EXPECT_EQ(quarter(6, &out).message(), "odd");
+  EXPECT_EQ(lm::exit_code_for(absl::InternalError("x")), 1);
+  EXPECT_EQ(lm::annotate(absl::NotFoundError("gone"), "f.json").message(), "f.json: gone");
+}
+
+TEST(Log, Formatting) {
+  EXPECT_EQ(lm::format_duration(3725), "1h02m");
+  EXPECT_EQ(lm::format_duration(65), "1m05s");
+  EXPECT_EQ(lm::format_count(1.5e6), "1.50M");
+}
+
+}  // namespace
