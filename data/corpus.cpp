@@ -1,0 +1,381 @@
+#include "data/corpus.h"
+
+#include <glob.h>
+#include <sys/stat.h>
+#include <zlib.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <cmath>
+#include <set>
+#include <unordered_set>
+
+#include <unicode/bytestream.h>
+#include <unicode/normalizer2.h>
+
+#include "core/config.h"
+#include "core/file.h"
+
+namespace lm::data {
+namespace {
+
+constexpr const char* kStopMessage = "lm::data::stop_reading";
+
+bool has_glob_chars(const std::string& s) { return s.find_first_of("*?[") != std::string::npos; }
+
+std::string join(const std::string& dir, const std::string& p) {
+  if (p.empty() || p[0] == '/' || dir.empty()) return p;
+  return dir + "/" + p;
+}
+
+bool file_exists(const std::string& p) {
+  struct stat st;
+  return ::stat(p.c_str(), &st) == 0 && S_ISREG(st.st_mode);
+}
+
+std::vector<std::string> expand(const std::string& pattern) {
+  std::vector<std::string> out;
+  if (!has_glob_chars(pattern)) {
+    if (file_exists(pattern)) out.push_back(pattern);
+    return out;
+  }
+  glob_t g;
+  if (::glob(pattern.c_str(), 0, nullptr, &g) == 0) {
+    for (size_t i = 0; i < g.gl_pathc; ++i)
+      if (file_exists(g.gl_pathv[i])) out.push_back(g.gl_pathv[i]);
+  }
+  ::globfree(&g);
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+bool is_blank(std::string_view s) {
+  for (char c : s)
+    if (c != ' ' && c != '\t' && c != '\r' && c != '\n' && c != '\f' && c != '\v') return false;
+  return true;
+}
+
+// Reads a (possibly gzip-compressed) file line by line; lines of any length.
+class LineReader {
+ public:
+  explicit LineReader(const std::string& path) : path_(path) {
+    gz_ = gzopen(path.c_str(), "rb");
+    if (gz_) gzbuffer(gz_, 1 << 17);
+  }
+  ~LineReader() {
+    if (gz_) gzclose(gz_);
+  }
+  bool opened() const { return gz_ != nullptr; }
+  // Sets `line` (without '\n' or a trailing '\r'); false at end of file or on error.
+  bool next(std::string& line) {
+    line.clear();
+    bool partial = false;  // bytes of an unterminated last line seen
+    while (true) {
+      if (pos_ == len_) {
+        if (eof_) break;
+        int n = gzread(gz_, buf_, sizeof(buf_));
+        if (n < 0) {
+          int errnum = 0;
+          error_ = gzerror(gz_, &errnum);
+          return false;
+        }
+        if (n == 0) {
+          // A truncated gzip stream ends with n == 0 and Z_BUF_ERROR ("unexpected end of file").
+          int errnum = Z_OK;
+          const char* msg = gzerror(gz_, &errnum);
+          if (errnum != Z_OK && errnum != Z_STREAM_END) {
+            error_ = msg ? msg : "read error";
+            return false;
+          }
+          eof_ = true;
+          break;
+        }
+        pos_ = 0;
+        len_ = static_cast<size_t>(n);
+      }
+      const char* start = buf_ + pos_;
+      const void* nl = memchr(start, '\n', len_ - pos_);
+      if (nl) {
+        size_t k = static_cast<const char*>(nl) - start;
+        line.append(start, k);
+        pos_ += k + 1;
+        partial = true;
+        break;
+      }
+      line.append(start, len_ - pos_);
+      pos_ = len_;
+      partial = true;
+    }
+    if (eof_ && !partial) return false;
+    if (!line.empty() && line.back() == '\r') line.pop_back();
+    ++line_no_;
+    return true;
+  }
+  int64_t line_no() const { return line_no_; }
+  const std::string& error() const { return error_; }
+
+ private:
+  std::string path_;
+  gzFile gz_ = nullptr;
+  char buf_[1 << 16];
+  size_t pos_ = 0, len_ = 0;
+  bool eof_ = false;
+  int64_t line_no_ = 0;
+  std::string error_;
+};
+
+const icu::Normalizer2* nfc_instance() {
+  static const icu::Normalizer2* n = [] {
+    UErrorCode err = U_ZERO_ERROR;
+    return icu::Normalizer2::getNFCInstance(err);
+  }();
+  return n;
+}
+
+}  // namespace
+
+void ReadStats::add(const ReadStats& o) {
+  documents += o.documents;
+  bytes += o.bytes;
+  chars += o.chars;
+  invalid_skipped += o.invalid_skipped;
+  empty_dropped += o.empty_dropped;
+  duplicates_dropped += o.duplicates_dropped;
+}
+
+absl::Status stop_reading() { return absl::CancelledError(kStopMessage); }
+
+std::string nfc(std::string_view utf8) {
+  const icu::Normalizer2* n = nfc_instance();
+  UErrorCode err = U_ZERO_ERROR;
+  icu::StringPiece sp(utf8.data(), static_cast<int32_t>(utf8.size()));
+  if (is_valid_utf8(utf8) && n->isNormalizedUTF8(sp, err) && U_SUCCESS(err)) return std::string(utf8);
+  err = U_ZERO_ERROR;
+  std::string out;
+  out.reserve(utf8.size());
+  icu::StringByteSink<std::string> sink(&out);
+  n->normalizeUTF8(0, sp, sink, nullptr, err);
+  if (U_FAILURE(err)) {
+    // Fall back through UTF-16 (replaces ill-formed sequences with U+FFFD).
+    icu::UnicodeString u = icu::UnicodeString::fromUTF8(sp);
+    err = U_ZERO_ERROR;
+    icu::UnicodeString v = n->normalize(u, err);
+    out.clear();
+    v.toUTF8String(out);
+  }
+  return out;
+}
+
+bool is_valid_utf8(std::string_view s, size_t* bad_offset) {
+  const auto* p = reinterpret_cast<const unsigned char*>(s.data());
+  const size_t n = s.size();
+  size_t i = 0;
+  while (i < n) {
+    unsigned char c = p[i];
+    if (c < 0x80) {
+      ++i;
+      continue;
+    }
+    size_t len;
+    uint32_t cp;
+    if (c >= 0xC2 && c <= 0xDF) {
+      len = 2, cp = c & 0x1F;
+    } else if (c >= 0xE0 && c <= 0xEF) {
+      len = 3, cp = c & 0x0F;
+    } else if (c >= 0xF0 && c <= 0xF4) {
+      len = 4, cp = c & 0x07;
+    } else {
+      if (bad_offset) *bad_offset = i;
+      return false;
+    }
+    if (i + len > n) {
+      if (bad_offset) *bad_offset = i;
+      return false;
+    }
+    for (size_t k = 1; k < len; ++k) {
+      if ((p[i + k] & 0xC0) != 0x80) {
+        if (bad_offset) *bad_offset = i;
+        return false;
+      }
+      cp = (cp << 6) | (p[i + k] & 0x3F);
+    }
+    if ((len == 3 && cp < 0x800) || (len == 4 && (cp < 0x10000 || cp > 0x10FFFF)) ||
+        (cp >= 0xD800 && cp <= 0xDFFF)) {
+      if (bad_offset) *bad_offset = i;
+      return false;
+    }
+    i += len;
+  }
+  return true;
+}
+
+int64_t count_code_points(std::string_view utf8) {
+  int64_t n = 0;
+  for (unsigned char c : utf8) n += (c & 0xC0) != 0x80;
+  return n;
+}
+
+absl::Status validate_manifest(const CorpusManifest& m, const std::string& where) {
+  auto bad = [&](const std::string& field, const std::string& what) {
+    return absl::InvalidArgumentError(absl::StrCat(where, ": ", field, ": ", what));
+  };
+  if (m.sources.empty()) return bad("sources", "no sources (add at least one {\"paths\": [...], \"lang\": ...})");
+  for (size_t i = 0; i < m.sources.size(); ++i) {
+    const CorpusSource& s = m.sources[i];
+    const std::string p = absl::StrCat("sources[", i, "]");
+    if (s.lang.empty()) return bad(p + ".lang", "required (a language tag such as \"bn\" or \"en\")");
+    if (s.format != "lines" && s.format != "paragraphs" && s.format != "jsonl")
+      return bad(p + ".format", "expected \"lines\", \"paragraphs\" or \"jsonl\", got \"" + s.format + "\"");
+    if (s.format == "jsonl" && s.text_field.empty()) return bad(p + ".text_field", "must not be empty");
+    if (!(s.weight > 0) || !std::isfinite(s.weight))
+      return bad(p + ".weight", absl::StrCat("must be a positive number, got ", s.weight));
+    if (s.paths.empty()) return bad(p + ".paths", "no files listed");
+    for (size_t k = 0; k < s.paths.size(); ++k) {
+      const std::string full = join(m.base_dir, s.paths[k]);
+      if (expand(full).empty())
+        return absl::NotFoundError(absl::StrCat(where, ": ", p, ".paths[", k, "]: no file matches '", full,
+                                                "' (paths are relative to the manifest's folder)"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<CorpusManifest> load_manifest(const std::string& path) {
+  LM_ASSIGN_OR_RETURN(Json j, read_json_file(path));
+  CorpusManifest m;
+  LM_RETURN_IF_ERROR(annotate(from_json(j, m), path));
+  const size_t slash = path.find_last_of('/');
+  m.base_dir = slash == std::string::npos ? "." : (slash == 0 ? "/" : path.substr(0, slash));
+  LM_RETURN_IF_ERROR(validate_manifest(m, path));
+  return m;
+}
+
+std::vector<std::string> resolve_paths(const CorpusManifest& m, const CorpusSource& s) {
+  std::vector<std::string> out;
+  std::set<std::string> seen;
+  for (const auto& p : s.paths)
+    for (auto& f : expand(join(m.base_dir, p)))
+      if (seen.insert(f).second) out.push_back(std::move(f));
+  return out;
+}
+
+namespace {
+
+bool is_stop(const absl::Status& s) { return absl::IsCancelled(s) && s.message() == kStopMessage; }
+
+// One file; `seen` holds the hashes of documents already delivered (dedup spans files).
+absl::Status read_one_file(const std::string& path, const std::string& format, const std::string& text_field,
+                           const ReadOptions& options,
+                           const std::function<absl::Status(const std::string& doc)>& fn, ReadStats& st,
+                           std::unordered_set<uint64_t>& seen) {
+  if (format != "lines" && format != "paragraphs" && format != "jsonl")
+    return absl::InvalidArgumentError(absl::StrCat(path, ": unknown format '", format, "'"));
+  LineReader reader(path);
+  if (!reader.opened()) return absl::NotFoundError(absl::StrCat(path, ": cannot open (", strerror(errno), ")"));
+
+  auto emit = [&](std::string_view raw) -> absl::Status {
+    if (is_blank(raw)) {
+      ++st.empty_dropped;
+      return absl::OkStatus();
+    }
+    std::string doc = nfc(raw);
+    if (options.dedup && !seen.insert(fnv1a64(doc.data(), doc.size())).second) {
+      ++st.duplicates_dropped;
+      return absl::OkStatus();
+    }
+    ++st.documents;
+    st.bytes += static_cast<int64_t>(doc.size());
+    st.chars += count_code_points(doc);
+    return fn(doc);
+  };
+  auto check_utf8 = [&](const std::string& line, bool* skip) -> absl::Status {
+    size_t bad = 0;
+    *skip = false;
+    if (is_valid_utf8(line, &bad)) return absl::OkStatus();
+    if (options.skip_invalid_utf8) {
+      ++st.invalid_skipped;
+      *skip = true;
+      return absl::OkStatus();
+    }
+    return absl::InvalidArgumentError(
+        absl::StrCat(path, ":", reader.line_no(), ": invalid UTF-8 at byte ", bad,
+                     " of the line (fix the file, or pass --skip-invalid-utf8 to skip and count such lines)"));
+  };
+
+  absl::Status status;
+  std::string line, para;
+  bool in_para = false;
+  while (status.ok() && reader.next(line)) {
+    bool skip = false;
+    status = check_utf8(line, &skip);
+    if (!status.ok() || skip) continue;
+    if (format == "lines") {
+      status = emit(line);
+    } else if (format == "paragraphs") {
+      if (is_blank(line)) {
+        if (in_para) status = emit(para);
+        para.clear();
+        in_para = false;
+      } else {
+        if (in_para) para += '\n';
+        para += line;
+        in_para = true;
+      }
+    } else if (format == "jsonl") {
+      if (is_blank(line)) continue;
+      Json j;
+      try {
+        j = Json::parse(line);
+      } catch (const Json::parse_error& e) {
+        status = absl::InvalidArgumentError(
+            absl::StrCat(path, ":", reader.line_no(), ": not valid JSON: ", e.what()));
+        break;
+      }
+      auto it = j.is_object() ? j.find(text_field) : j.end();
+      if (!j.is_object() || it == j.end() || !it->is_string()) {
+        status = absl::InvalidArgumentError(absl::StrCat(
+            path, ":", reader.line_no(), ": expected an object with a string field \"", text_field,
+            "\" (set the source's text_field)"));
+        break;
+      }
+      status = emit(it->get_ref<const std::string&>());
+    }
+  }
+  if (status.ok() && in_para) status = emit(para);
+  if (status.ok() && !reader.error().empty())
+    status = absl::DataLossError(absl::StrCat(path, ":", reader.line_no() + 1, ": cannot read: ", reader.error(),
+                                              " (corrupt or truncated .gz file?)"));
+  return status;
+}
+
+}  // namespace
+
+absl::Status for_each_document_in_file(const std::string& path, const std::string& format,
+                                       const std::string& text_field, const ReadOptions& options,
+                                       const std::function<absl::Status(const std::string& doc)>& fn,
+                                       ReadStats* stats) {
+  ReadStats local;
+  std::unordered_set<uint64_t> seen;
+  absl::Status st = read_one_file(path, format, text_field, options, fn, stats ? *stats : local, seen);
+  return is_stop(st) ? absl::OkStatus() : st;
+}
+
+absl::Status for_each_document(const CorpusManifest& m, const CorpusSource& s, const ReadOptions& options,
+                               const std::function<absl::Status(const std::string& doc)>& fn,
+                               ReadStats* stats) {
+  std::vector<std::string> files = resolve_paths(m, s);
+  if (files.empty())
+    return absl::NotFoundError(absl::StrCat("corpus source '", s.lang, "': no file matches its paths (base folder '",
+                                            m.base_dir, "')"));
+  ReadStats local;
+  std::unordered_set<uint64_t> seen;
+  for (const auto& f : files) {
+    absl::Status st = read_one_file(f, s.format, s.text_field, options, fn, stats ? *stats : local, seen);
+    if (is_stop(st)) return absl::OkStatus();
+    LM_RETURN_IF_ERROR(st);
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace lm::data
