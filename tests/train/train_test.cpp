@@ -1,0 +1,287 @@
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <filesystem>
+
+#include "core/file.h"
+#include "core/log.h"
+#include "model/safetensors.h"
+#include "train/checkpoint.h"
+#include "train/config.h"
+#include "train/optim.h"
+#include "train/trainer.h"
+
+namespace lm::train {
+namespace {
+namespace fs = std::filesystem;
+
+// Deterministic synthetic rows: row i is a fixed pseudo-random sequence with a learnable
+// pattern (token t+1 = token t + 1 mod V half of the time), so the loss falls.
+class SyntheticSource : public BatchSource {
+ public:
+  SyntheticSource(int64_t rows_per_call, int64_t len, int64_t vocab)
+      : rows_(rows_per_call), len_(len), vocab_(vocab) {}
+  void next(std::vector<int32_t>* out) override {
+    out->resize(rows_ * len_);
+    for (int64_t r = 0; r < rows_; ++r, ++row_) {
+      uint64_t h = 0x9E3779B97F4A7C15ULL * (row_ + 1);
+      int32_t tok = static_cast<int32_t>(h % vocab_);
+      for (int64_t t = 0; t < len_; ++t) {
+        h ^= h >> 33; h *= 0xff51afd7ed558ccdULL; h ^= h >> 29;
+        tok = (h % 2 == 0) ? (tok + 1) % vocab_ : static_cast<int32_t>(h % vocab_);
+        (*out)[r * len_ + t] = tok;
+      }
+    }
+  }
+  Json cursor() const override { return {{"row", row_}}; }
+  absl::Status restore(const Json& c) override {
+    if (!c.contains("row")) return absl::InvalidArgumentError("cursor has no row");
+    row_ = c["row"].get<int64_t>();
+    return absl::OkStatus();
+  }
+
+ private:
+  int64_t rows_, len_, vocab_, row_ = 0;
+};
+
+fs::path temp_run(const std::string& name) {
+  auto p = fs::temp_directory_path() / ("lm_train_test_" + std::to_string(getpid())) / name;
+  fs::remove_all(p);
+  return p;
+}
+
+FitRequest tiny_request(const fs::path& dir, int64_t steps) {
+  FitRequest r;
+  r.run_dir = dir.string();
+  r.model = *model::preset("tiny");
+  r.train.steps = steps;
+  r.train.micro_batch = 4;
+  r.train.seq_len = 32;
+  r.train.warmup_steps = 5;
+  r.train.log_interval = 5;
+  r.train.eval_interval = 0;
+  r.train.checkpoint_interval = 10;
+  r.train.threads = 2;
+  r.tokenizer_hash = "tok-test";
+  return r;
+}
+
+absl::StatusOr<FitSummary> run_fit(const FitRequest& r) {
+  SyntheticSource src(r.train.micro_batch, r.train.seq_len + 1, r.model.vocab_size);
+  return fit(r, src, {});
+}
+
+std::vector<torch::Tensor> weights_of(const std::string& ckpt) {
+  auto f = model::load_safetensors(ckpt + "/model.safetensors");
+  EXPECT_TRUE(f.ok()) << f.status();
+  std::vector<torch::Tensor> out;
+  for (auto& [n, t] : f->tensors) out.push_back(t);
+  return out;
+}
+
+class TrainTest : public ::testing::Test {
+ protected:
+  void SetUp() override { init_output(/*quiet=*/true); }
+};
+
+TEST_F(TrainTest, LearningRateSchedules) {
+  TrainConfig c;
+  c.lr = 1.0; c.steps = 110; c.warmup_steps = 10; c.min_lr_ratio = 0.1;
+  EXPECT_DOUBLE_EQ(lr_at(c, 0), 0.1);   // warmup is linear from lr/warmup
+  EXPECT_DOUBLE_EQ(lr_at(c, 9), 1.0);
+  EXPECT_DOUBLE_EQ(lr_at(c, 10), 1.0);  // cosine starts at the peak
+  EXPECT_NEAR(lr_at(c, 10 + 99 / 2.0), 0.55, 0.01);  // half way: (1 + 0.1) / 2
+  EXPECT_DOUBLE_EQ(lr_at(c, 109), 0.1);  // ends at min_lr
+  c.schedule = "wsd"; c.decay_fraction = 0.2;  // decay over the last 22 steps
+  EXPECT_DOUBLE_EQ(lr_at(c, 50), 1.0);
+  EXPECT_DOUBLE_EQ(lr_at(c, 87), 1.0);
+  EXPECT_NEAR(lr_at(c, 98), 1.0 - 0.9 * 11.0 / 22.0, 1e-12);
+  EXPECT_DOUBLE_EQ(lr_at(c, 109), 0.1);
+  c.schedule = "constant";
+  EXPECT_DOUBLE_EQ(lr_at(c, 100), 1.0);
+}
+
+TEST_F(TrainTest, ConfigErrorsNameTheField) {
+  TrainConfig c;
+  c.micro_batch = -4;
+  auto st = resolve(c, *model::preset("tiny"));
+  ASSERT_FALSE(st.ok());
+  EXPECT_NE(std::string(st.message()).find("train.micro_batch: must be positive, got -4"), std::string::npos);
+  TrainConfig d;
+  d.batch_tokens = 1000;  // not a multiple of 8*128
+  EXPECT_FALSE(resolve(d, *model::preset("tiny")).ok());
+  d.batch_tokens = 8 * 128 * 4;
+  ASSERT_TRUE(resolve(d, *model::preset("tiny")).ok());
+  EXPECT_EQ(d.grad_accum, 4);
+  TrainConfig e;
+  e.tokens = 10000;  // 10000 / 1024 tokens per step -> 10 steps
+  ASSERT_TRUE(resolve(e, *model::preset("tiny")).ok());
+  EXPECT_EQ(e.steps, 10);
+}
+
+TEST_F(TrainTest, WeightDecaySkipsNormsAndEmbeddings) {
+  model::Transformer m(*model::preset("tiny"));
+  std::vector<std::pair<std::string, torch::Tensor>> params;
+  for (auto& p : m->named_parameters()) params.emplace_back(p.key(), p.value());
+  TrainConfig c;
+  AdamW opt(params, c);
+  for (const auto& n : opt.decayed()) {
+    EXPECT_EQ(n.find("norm"), std::string::npos) << n;
+    EXPECT_EQ(n.find("embed_tokens"), std::string::npos) << n;
+  }
+  EXPECT_EQ(opt.decayed().size(), 14u);      // 7 matrices per layer
+  EXPECT_EQ(opt.not_decayed().size(), 6u);   // 2 norms per layer, final norm, embedding
+  // Behaviour, not only bookkeeping: with zero gradients only decayed weights move.
+  for (auto& [n, p] : params) p.mutable_grad() = torch::zeros_like(p);
+  auto norm_before = m->model->norm->weight.clone();
+  auto q_before = m->model->layers[0]->as<model::BlockImpl>()->self_attn->q_proj->weight.clone();
+  opt.step(0.5);
+  EXPECT_TRUE(torch::equal(norm_before, m->model->norm->weight));
+  EXPECT_FALSE(torch::equal(q_before, m->model->layers[0]->as<model::BlockImpl>()->self_attn->q_proj->weight));
+}
+
+TEST_F(TrainTest, AdamWMatchesClosedFormFirstStep) {
+  // After one step from zero moments, Adam moves each weight by lr * g/(|g| + eps') = lr*sign(g).
+  auto p = torch::tensor({1.0f, -2.0f, 3.0f}).requires_grad_(true);
+  p.mutable_grad() = torch::tensor({0.5f, -0.25f, 2.0f});
+  TrainConfig c;
+  c.weight_decay = 0;
+  AdamW opt({{"w", p}}, c);
+  opt.step(0.1);
+  auto want = torch::tensor({0.9f, -1.9f, 2.9f});
+  EXPECT_TRUE(torch::allclose(p.detach(), want, 0, 1e-6)) << p;
+}
+
+TEST_F(TrainTest, AccumulationEqualsOneLargerBatch) {
+  // 4 micro-batches of 2 rows vs 1 batch of 8 rows, same rows in the same order.
+  auto a = tiny_request(temp_run("accum_a"), 3);
+  a.train.micro_batch = 2; a.train.grad_accum = 4;
+  auto b = tiny_request(temp_run("accum_b"), 3);
+  b.train.micro_batch = 8; b.train.grad_accum = 1;
+  auto sa = run_fit(a);
+  auto sb = run_fit(b);
+  ASSERT_TRUE(sa.ok()) << sa.status();
+  ASSERT_TRUE(sb.ok()) << sb.status();
+  auto wa = weights_of(sa->checkpoint), wb = weights_of(sb->checkpoint);
+  ASSERT_EQ(wa.size(), wb.size());
+  // fp32: the mean over 8 rows is summed in another order; after 3 Adam steps the
+  // difference stays at rounding level (~1e-6 relative). Adam normalises the update, so a
+  // wrong scaling (e.g. a missing 1/k) would still show as a loss difference, checked too.
+  for (size_t i = 0; i < wa.size(); ++i) EXPECT_TRUE(torch::allclose(wa[i], wb[i], 1e-4, 1e-5)) << i;
+  for (size_t i = 0; i < sa->losses.size(); ++i) EXPECT_NEAR(sa->losses[i], sb->losses[i], 1e-5);
+}
+
+TEST_F(TrainTest, ResumeIsBitIdentical) {
+  auto full = tiny_request(temp_run("full"), 40);
+  auto sf = run_fit(full);
+  ASSERT_TRUE(sf.ok()) << sf.status();
+  EXPECT_LT(sf->losses.back(), sf->losses.front());  // it learns
+
+  auto part = tiny_request(temp_run("part"), 40);
+  part.train.stop_at_step = 23;  // not on a checkpoint interval: the stop writes its own
+  auto s1 = run_fit(part);
+  ASSERT_TRUE(s1.ok()) << s1.status();
+  EXPECT_EQ(s1->steps, 23);
+  part.resume = true;
+  auto s2 = run_fit(part);
+  ASSERT_TRUE(s2.ok()) << s2.status();
+  EXPECT_EQ(s2->start_step, 23);
+  EXPECT_EQ(s2->steps, 40);
+  std::vector<double> joined = s1->losses;
+  joined.insert(joined.end(), s2->losses.begin(), s2->losses.end());
+  ASSERT_EQ(joined.size(), sf->losses.size());
+  for (size_t i = 0; i < joined.size(); ++i) EXPECT_EQ(joined[i], sf->losses[i]) << "step " << i + 1;
+  auto wf = weights_of(sf->checkpoint), wr = weights_of(s2->checkpoint);
+  for (size_t i = 0; i < wf.size(); ++i) EXPECT_TRUE(torch::equal(wf[i], wr[i])) << i;
+  // metrics.jsonl of the resumed run equals the uninterrupted one in steps and losses.
+  auto ma = read_file(full.run_dir + "/metrics.jsonl"), mb = read_file(part.run_dir + "/metrics.jsonl");
+  ASSERT_TRUE(ma.ok() && mb.ok());
+  auto losses_of = [](const std::string& text) {
+    std::vector<double> v;
+    std::istringstream in(text);
+    std::string line;
+    while (std::getline(in, line)) v.push_back(Json::parse(line)["loss"].get<double>());
+    return v;
+  };
+  EXPECT_EQ(losses_of(*ma), losses_of(*mb));
+}
+
+TEST_F(TrainTest, KeepLastK) {
+  auto r = tiny_request(temp_run("keep"), 40);
+  r.train.checkpoint_interval = 5;
+  r.train.keep_last = 2;
+  ASSERT_TRUE(run_fit(r).ok());
+  int n = 0;
+  for (auto& e : fs::directory_iterator(r.run_dir + "/checkpoints")) { (void)e; ++n; }
+  EXPECT_EQ(n, 2);
+  auto latest = latest_checkpoint(r.run_dir);
+  ASSERT_TRUE(latest.ok());
+  EXPECT_NE(latest->find("step-00000040"), std::string::npos);
+}
+
+TEST_F(TrainTest, NaNStopsWithLastCheckpointIntact) {
+  auto r = tiny_request(temp_run("nan"), 30);
+  r.train.inject_nan_step = 14;  // 0-based: the 15th step, after the step-10 checkpoint
+  auto s = run_fit(r);
+  ASSERT_FALSE(s.ok());
+  const std::string msg(s.status().message());
+  EXPECT_NE(msg.find("step 15: non-finite gradient"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("model.layers.0.mlp.down_proj.weight"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("step-00000010"), std::string::npos) << msg;
+  auto ck = find_checkpoint(r.run_dir, -1);
+  ASSERT_TRUE(ck.ok()) << ck.status();
+  model::Transformer m(r.model);
+  EXPECT_TRUE(load_model(*ck, m).ok());
+  // And the run resumes from it (with the fault gone).
+  r.train.inject_nan_step = -1;
+  r.resume = true;
+  auto again = run_fit(r);
+  ASSERT_TRUE(again.ok()) << again.status();
+  EXPECT_EQ(again->start_step, 10);
+}
+
+TEST_F(TrainTest, ResumeRefusesOtherConfigTokenizerOrLayout) {
+  auto r = tiny_request(temp_run("refuse"), 10);
+  ASSERT_TRUE(run_fit(r).ok());
+  auto other = r;
+  other.resume = true;
+  other.model.d_ff = 128;
+  auto s = run_fit(other);
+  ASSERT_FALSE(s.ok());
+  EXPECT_NE(std::string(s.status().message()).find("another model config"), std::string::npos) << s.status();
+  other = r;
+  other.resume = true;
+  other.tokenizer_hash = "different";
+  s = run_fit(other);
+  ASSERT_FALSE(s.ok());
+  EXPECT_NE(std::string(s.status().message()).find("tokenizer"), std::string::npos) << s.status();
+  other = r;
+  other.resume = true;
+  other.world_size = 2;
+  other.train.micro_batch = 2;
+  s = run_fit(other);
+  ASSERT_FALSE(s.ok());
+  // Existing run without --resume or --force.
+  s = run_fit(r);
+  ASSERT_FALSE(s.ok());
+  EXPECT_EQ(s.status().code(), absl::StatusCode::kAlreadyExists);
+}
+
+TEST_F(TrainTest, CorruptCheckpointIsAClearError) {
+  auto r = tiny_request(temp_run("corrupt"), 10);
+  ASSERT_TRUE(run_fit(r).ok());
+  auto ck = *latest_checkpoint(r.run_dir);
+  auto bytes = *read_file(ck + "/model.safetensors");
+  ASSERT_TRUE(write_file_atomic(ck + "/model.safetensors", bytes.substr(0, bytes.size() / 2)).ok());
+  r.resume = true;
+  auto s = run_fit(r);
+  ASSERT_FALSE(s.ok());
+  EXPECT_EQ(s.status().code(), absl::StatusCode::kDataLoss) << s.status();
+  fs::remove(ck + "/trainer.json");
+  s = run_fit(r);
+  ASSERT_FALSE(s.ok());
+  EXPECT_NE(std::string(s.status().message()).find("missing trainer.json"), std::string::npos) << s.status();
+}
+
+}  // namespace
+}  // namespace lm::train

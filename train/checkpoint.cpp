@@ -1,0 +1,122 @@
+#include "train/checkpoint.h"
+
+#include <ATen/CPUGeneratorImpl.h>
+
+#include <algorithm>
+#include <filesystem>
+
+#include "absl/strings/str_format.h"
+#include "core/file.h"
+#include "model/safetensors.h"
+
+namespace lm::train {
+namespace fs = std::filesystem;
+
+std::string checkpoint_name(int64_t step) { return absl::StrFormat("step-%08d", step); }
+
+absl::Status save_checkpoint(const std::string& run_dir, int64_t step, model::Transformer& model,
+                             const AdamW& optim, const Json& trainer_state, int64_t keep_last) {
+  const fs::path root = fs::path(run_dir) / "checkpoints";
+  const std::string name = checkpoint_name(step);
+  const fs::path tmp = root / (name + ".tmp");
+  const fs::path final_dir = root / name;
+  std::error_code ec;
+  fs::create_directories(root, ec);
+  fs::remove_all(tmp, ec);  // a leftover from a killed writer
+  if (!fs::create_directory(tmp, ec))
+    return absl::InternalError(absl::StrCat(tmp.string(), ": cannot create: ", ec.message()));
+  // write_file_atomic fsyncs each file; fsync_tree below makes the folder entries durable.
+  LM_RETURN_IF_ERROR(model::save_safetensors((tmp / "model.safetensors").string(),
+                                             model::module_state(*model), {{"format", "pt"}}));
+  LM_RETURN_IF_ERROR(model::save_safetensors((tmp / "optimizer.safetensors").string(), optim.state()));
+  LM_RETURN_IF_ERROR(write_json_file((tmp / "trainer.json").string(), trainer_state));
+  LM_RETURN_IF_ERROR(fsync_tree(tmp.string()));
+  fs::remove_all(final_dir, ec);  // re-saving the same step (e.g. after a signal)
+  fs::rename(tmp, final_dir, ec);
+  if (ec) return absl::InternalError(absl::StrCat("rename ", tmp.string(), ": ", ec.message()));
+  LM_RETURN_IF_ERROR(fsync_dir(root.string()));
+  LM_RETURN_IF_ERROR(write_file_atomic((fs::path(run_dir) / "latest").string(), name + "\n"));
+  // keep-last-K: delete the oldest complete checkpoints beyond K (never the new one).
+  std::vector<std::string> names;
+  for (const auto& e : fs::directory_iterator(root, ec)) {
+    const std::string n = e.path().filename().string();
+    if (e.is_directory() && n.rfind("step-", 0) == 0 && n.find(".tmp") == std::string::npos) names.push_back(n);
+  }
+  std::sort(names.begin(), names.end());
+  for (size_t i = 0; i + keep_last < names.size(); ++i) {
+    if (names[i] != name) fs::remove_all(root / names[i], ec);
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::string> latest_checkpoint(const std::string& run_dir) {
+  const std::string path = (fs::path(run_dir) / "latest").string();
+  if (!fs::exists(path))
+    return absl::NotFoundError(path + ": no checkpoint yet (the run never saved one; start without --resume)");
+  LM_ASSIGN_OR_RETURN(std::string name, read_file(path));
+  while (!name.empty() && (name.back() == '\n' || name.back() == ' ')) name.pop_back();
+  return (fs::path(run_dir) / "checkpoints" / name).string();
+}
+
+absl::StatusOr<std::string> find_checkpoint(const std::string& run_dir, int64_t step) {
+  std::string dir;
+  if (step < 0) {
+    LM_ASSIGN_OR_RETURN(dir, latest_checkpoint(run_dir));
+  } else {
+    dir = (fs::path(run_dir) / "checkpoints" / checkpoint_name(step)).string();
+  }
+  for (const char* f : {"model.safetensors", "optimizer.safetensors", "trainer.json"}) {
+    if (!fs::exists(fs::path(dir) / f))
+      return absl::NotFoundError(absl::StrCat(dir, ": checkpoint is missing ", f,
+                                              " (incomplete or damaged; pick another with --step)"));
+  }
+  return dir;
+}
+
+absl::StatusOr<Json> read_trainer_state(const std::string& ckpt_dir) {
+  LM_ASSIGN_OR_RETURN(Json j, read_json_file((fs::path(ckpt_dir) / "trainer.json").string()));
+  for (const char* key : {"step", "tokens", "data_cursor", "config", "tokenizer_hash", "world_size"}) {
+    if (!j.contains(key))
+      return absl::DataLossError(absl::StrCat(ckpt_dir, "/trainer.json: field '", key, "' is missing"));
+  }
+  return j;
+}
+
+absl::Status load_model(const std::string& ckpt_dir, model::Transformer& model) {
+  const std::string path = (fs::path(ckpt_dir) / "model.safetensors").string();
+  LM_ASSIGN_OR_RETURN(auto f, model::load_safetensors(path));
+  return model::load_module_state(*model, f, path);
+}
+
+absl::Status load_optimizer(const std::string& ckpt_dir, AdamW& optim) {
+  const std::string path = (fs::path(ckpt_dir) / "optimizer.safetensors").string();
+  LM_ASSIGN_OR_RETURN(auto f, model::load_safetensors(path));
+  return optim.load_state(f.tensors, path);
+}
+
+std::string cpu_rng_state() {
+  auto gen = at::detail::getDefaultCPUGenerator();
+  std::lock_guard<std::mutex> lock(gen.mutex());
+  auto state = gen.get_state();
+  std::string hex;
+  const auto* p = state.data_ptr<uint8_t>();
+  for (int64_t i = 0; i < state.numel(); ++i) hex += absl::StrFormat("%02x", p[i]);
+  return hex;
+}
+
+absl::Status set_cpu_rng_state(const std::string& hex) {
+  if (hex.size() % 2 != 0) return absl::DataLossError("rng state: odd hex length");
+  auto state = torch::empty({static_cast<int64_t>(hex.size() / 2)}, torch::kUInt8);
+  auto* p = state.data_ptr<uint8_t>();
+  for (size_t i = 0; i < hex.size() / 2; ++i) p[i] = static_cast<uint8_t>(std::stoi(hex.substr(2 * i, 2), nullptr, 16));
+  auto gen = at::detail::getDefaultCPUGenerator();
+  std::lock_guard<std::mutex> lock(gen.mutex());
+  try {
+    gen.set_state(state);
+  } catch (const std::exception& e) {
+    return absl::DataLossError(std::string("rng state: ") + e.what());
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace lm::train

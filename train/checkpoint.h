@@ -1,0 +1,33 @@
+// Checkpoints (DESIGN.md): runs/NAME/checkpoints/step-N/{model,optimizer}.safetensors +
+// trainer.json, written into step-N.tmp, fsynced, renamed; `latest` moved last; keep-last-K.
+#pragma once
+
+#include <string>
+
+#include "core/config.h"
+#include "model/transformer.h"
+#include "train/optim.h"
+
+namespace lm::train {
+
+std::string checkpoint_name(int64_t step);  // "step-00000100"
+
+// Writes a checkpoint; a kill at any moment leaves the previous `latest` intact and loadable.
+absl::Status save_checkpoint(const std::string& run_dir, int64_t step, model::Transformer& model,
+                             const AdamW& optim, const Json& trainer_state, int64_t keep_last);
+
+// The folder `latest` points to, or NotFound.
+absl::StatusOr<std::string> latest_checkpoint(const std::string& run_dir);
+// The folder of `step` (or latest when step < 0), checked to hold all three files.
+absl::StatusOr<std::string> find_checkpoint(const std::string& run_dir, int64_t step);
+
+// Reads trainer.json and validates that all files are present and readable.
+absl::StatusOr<Json> read_trainer_state(const std::string& ckpt_dir);
+absl::Status load_model(const std::string& ckpt_dir, model::Transformer& model);
+absl::Status load_optimizer(const std::string& ckpt_dir, AdamW& optim);
+
+// CPU generator state as hex, and back.
+std::string cpu_rng_state();
+absl::Status set_cpu_rng_state(const std::string& hex);
+
+}  // namespace lm::train

@@ -1,0 +1,67 @@
+#include "train/config.h"
+
+#include <cmath>
+
+namespace lm::train {
+
+int64_t tokens_per_step(const TrainConfig& c, int world_size) {
+  return c.micro_batch * c.seq_len * c.grad_accum * world_size;
+}
+
+absl::Status resolve(TrainConfig& c, const model::ModelConfig& m, int world_size) {
+  auto bad = [](const std::string& field, const std::string& why) {
+    return absl::InvalidArgumentError("train." + field + ": " + why);
+  };
+  if (c.micro_batch <= 0) return bad("micro_batch", absl::StrCat("must be positive, got ", c.micro_batch));
+  if (c.seq_len <= 0) return bad("seq_len", absl::StrCat("must be positive, got ", c.seq_len));
+  if (c.seq_len > m.max_seq_len)
+    return bad("seq_len", absl::StrCat(c.seq_len, " exceeds the model's max_seq_len ", m.max_seq_len));
+  if (c.batch_tokens < 0) return bad("batch_tokens", absl::StrCat("must be >= 0, got ", c.batch_tokens));
+  if (c.batch_tokens > 0) {
+    const int64_t per_micro = c.micro_batch * c.seq_len * world_size;
+    if (c.batch_tokens % per_micro != 0)
+      return bad("batch_tokens", absl::StrCat(c.batch_tokens, " is not a multiple of micro_batch*seq_len*world (",
+                                              per_micro, "); pick a multiple or change micro_batch"));
+    c.grad_accum = c.batch_tokens / per_micro;
+  }
+  if (c.grad_accum <= 0) return bad("grad_accum", absl::StrCat("must be positive, got ", c.grad_accum));
+  if (c.tokens < 0) return bad("tokens", "must be >= 0");
+  if (c.tokens > 0) c.steps = (c.tokens + tokens_per_step(c, world_size) - 1) / tokens_per_step(c, world_size);
+  if (c.steps <= 0) return bad("steps", absl::StrCat("must be positive, got ", c.steps));
+  if (!(c.lr > 0)) return bad("lr", "must be positive");
+  if (c.beta1 < 0 || c.beta1 >= 1 || c.beta2 < 0 || c.beta2 >= 1) return bad("beta1/beta2", "must be in [0, 1)");
+  if (c.weight_decay < 0) return bad("weight_decay", "must be >= 0");
+  if (c.schedule != "cosine" && c.schedule != "wsd" && c.schedule != "constant")
+    return bad("schedule", "expected cosine, wsd or constant, got '" + c.schedule + "'");
+  if (c.warmup_steps < 0) return bad("warmup_steps", "must be >= 0");
+  if (c.min_lr_ratio < 0 || c.min_lr_ratio > 1) return bad("min_lr_ratio", "must be in [0, 1]");
+  if (c.decay_fraction < 0 || c.decay_fraction > 1) return bad("decay_fraction", "must be in [0, 1]");
+  if (c.grad_clip < 0) return bad("grad_clip", "must be >= 0");
+  if (c.log_interval <= 0) return bad("log_interval", "must be positive");
+  if (c.checkpoint_interval < 0) return bad("checkpoint_interval", "must be >= 0");
+  if (c.keep_last < 1) return bad("keep_last", "must be >= 1");
+  if (c.device != "cpu" && c.device != "cuda") return bad("device", "expected cpu or cuda, got '" + c.device + "'");
+  if (c.dtype != "fp32" && c.dtype != "bf16") return bad("dtype", "expected fp32 or bf16, got '" + c.dtype + "'");
+  return absl::OkStatus();
+}
+
+double lr_at(const TrainConfig& c, int64_t step) {
+  const double min_lr = c.lr * c.min_lr_ratio;
+  if (c.warmup_steps > 0 && step < c.warmup_steps)
+    return c.lr * static_cast<double>(step + 1) / static_cast<double>(c.warmup_steps);
+  if (c.schedule == "constant") return c.lr;
+  const int64_t total = c.steps;
+  if (c.schedule == "wsd") {
+    const int64_t decay_steps = static_cast<int64_t>(std::llround(c.decay_fraction * total));
+    const int64_t decay_start = total - decay_steps;
+    if (step < decay_start || decay_steps == 0) return c.lr;
+    const double frac = static_cast<double>(step - decay_start + 1) / static_cast<double>(decay_steps);
+    return c.lr + (min_lr - c.lr) * std::min(1.0, frac);
+  }
+  // cosine from the end of warmup to the last step
+  const int64_t span = std::max<int64_t>(1, total - c.warmup_steps - 1);
+  const double frac = std::min(1.0, static_cast<double>(step - c.warmup_steps) / static_cast<double>(span));
+  return min_lr + 0.5 * (c.lr - min_lr) * (1.0 + std::cos(M_PI * frac));
+}
+
+}  // namespace lm::train

@@ -1,0 +1,78 @@
+// TrainConfig: every knob of `lmtrain fit`, strict JSON, written resolved into the run folder.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "core/status.h"
+#include "model/config.h"
+
+namespace lm::train {
+
+struct TrainConfig {
+  // Budget: `tokens` wins when > 0, else `steps`.
+  int64_t tokens = 0;
+  int64_t steps = 200;
+  // Batch: global batch in tokens = micro_batch * seq_len * grad_accum * world_size.
+  // batch_tokens > 0 derives grad_accum from it (must divide evenly).
+  int64_t batch_tokens = 0;
+  int64_t micro_batch = 8;
+  int64_t seq_len = 128;
+  int64_t grad_accum = 1;
+  // AdamW (Loshchilov & Hutter 2019), PyTorch's formula.
+  double lr = 3e-3;
+  double beta1 = 0.9;
+  double beta2 = 0.95;
+  double eps = 1e-8;
+  double weight_decay = 0.1;     // on matrices only (attention, MLP, untied head)
+  bool decay_embeddings = false;  // also decay the token embedding
+  // Schedule: "cosine" (warmup, cosine to min_lr_ratio·lr), "wsd" (warmup, stable, linear
+  // decay over the last decay_fraction of steps; Hu et al. 2024, MiniCPM) or "constant".
+  std::string schedule = "cosine";
+  int64_t warmup_steps = 20;
+  double min_lr_ratio = 0.1;
+  double decay_fraction = 0.2;
+  double grad_clip = 1.0;  // max global L2 norm; 0 disables
+  uint64_t seed = 1234;
+  int64_t log_interval = 10;
+  int64_t eval_interval = 100;  // 0 disables periodic validation
+  int64_t eval_windows = 16;    // validation windows per language
+  int64_t checkpoint_interval = 100;
+  int64_t keep_last = 3;
+  int threads = 0;             // 0 = all cores
+  std::string device = "cpu";  // cpu | cuda
+  std::string dtype = "fp32";  // fp32 | bf16 (autocast, fp32 master weights)
+  double sentinel_fraction = 0.5;  // warn when tokens/s falls below this share of the run's median
+  bool verify_at_start = true;     // gradient-flow arbiter before step 1
+  double peak_flops = 0;           // override of the device peak used for MFU (FLOP/s)
+  int64_t stop_at_step = -1;       // stop cleanly (checkpoint) at this step; the schedule stays `steps`
+  int64_t inject_nan_step = -1;    // fault injection for tests: poison one gradient at this step
+
+  template <class V>
+  void visit(V& v) {
+    v("tokens", tokens); v("steps", steps); v("batch_tokens", batch_tokens);
+    v("micro_batch", micro_batch); v("seq_len", seq_len); v("grad_accum", grad_accum);
+    v("lr", lr); v("beta1", beta1); v("beta2", beta2); v("eps", eps);
+    v("weight_decay", weight_decay); v("decay_embeddings", decay_embeddings);
+    v("schedule", schedule); v("warmup_steps", warmup_steps); v("min_lr_ratio", min_lr_ratio);
+    v("decay_fraction", decay_fraction); v("grad_clip", grad_clip); v("seed", seed);
+    v("log_interval", log_interval); v("eval_interval", eval_interval);
+    v("eval_windows", eval_windows); v("checkpoint_interval", checkpoint_interval);
+    v("keep_last", keep_last); v("threads", threads); v("device", device); v("dtype", dtype);
+    v("sentinel_fraction", sentinel_fraction); v("verify_at_start", verify_at_start);
+    v("peak_flops", peak_flops); v("stop_at_step", stop_at_step);
+    v("inject_nan_step", inject_nan_step);
+  }
+};
+
+// Fills derived fields (grad_accum from batch_tokens, steps from tokens) and checks ranges;
+// errors name the field ("train.micro_batch: must be positive, got -4").
+absl::Status resolve(TrainConfig& cfg, const model::ModelConfig& model, int world_size = 1);
+
+// Tokens consumed by one optimizer step across all ranks.
+int64_t tokens_per_step(const TrainConfig& cfg, int world_size = 1);
+
+// Learning rate at optimizer step `step` (0-based).
+double lr_at(const TrainConfig& cfg, int64_t step);
+
+}  // namespace lm::train

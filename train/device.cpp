@@ -1,0 +1,83 @@
+#include "train/device.h"
+
+#include <ATen/autocast_mode.h>
+#include <torch/version.h>
+
+#include <chrono>
+#include <cstdio>
+
+namespace lm::train {
+
+double measure_matmul_flops(torch::ScalarType dtype, int64_t n, double seconds) {
+  torch::NoGradGuard no_grad;
+  auto a = torch::randn({n, n}).to(dtype), b = torch::randn({n, n}).to(dtype);
+  auto c = torch::matmul(a, b);  // warm-up (oneDNN primitive creation)
+  double best = 0;
+  const auto start = std::chrono::steady_clock::now();
+  while (std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count() < seconds) {
+    const auto t0 = std::chrono::steady_clock::now();
+    c = torch::matmul(a, b);
+    const double dt = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    best = std::max(best, 2.0 * n * n * n / dt);
+  }
+  return best;
+}
+
+namespace {
+std::string gpu_name() {
+  FILE* p = popen("nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -1", "r");
+  if (p == nullptr) return "";
+  char buf[256] = {0};
+  std::string s = fgets(buf, sizeof(buf), p) ? buf : "";
+  pclose(p);
+  while (!s.empty() && (s.back() == '\n' || s.back() == ' ')) s.pop_back();
+  return s;
+}
+}  // namespace
+
+DevicePeak device_peak(const torch::Device& device, torch::ScalarType dtype, double override_flops) {
+  if (override_flops > 0) return {override_flops, "override (train.peak_flops)"};
+  if (device.is_cpu()) {
+    const double f = measure_matmul_flops(dtype, 1024, 0.3);
+    return {f, std::string("measured ") + (dtype == torch::kBFloat16 ? "bf16" : "fp32") + " matmul 1024^3"};
+  }
+  const std::string name = gpu_name();
+  struct Row { const char* key; double bf16; double tf32; };
+  // Dense peaks from the vendors' data sheets (no sparsity).
+  const Row table[] = {{"H200", 989e12, 494e12}, {"H100", 989e12, 494e12}, {"A100", 312e12, 156e12},
+                       {"L40S", 362e12, 183e12}, {"4090", 165e12, 82.6e12}, {"A10", 125e12, 62.5e12}};
+  for (const auto& r : table) {
+    if (name.find(r.key) != std::string::npos)
+      return {dtype == torch::kBFloat16 ? r.bf16 : r.tf32, "table: " + name};
+  }
+  return {0, "unknown GPU '" + name + "' (set train.peak_flops)"};
+}
+
+AutocastGuard::AutocastGuard(const torch::Device& device, bool enabled)
+    : enabled_(enabled), cuda_(device.is_cuda()) {
+  if (!enabled_) return;
+#if TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 4)
+  at::autocast::set_autocast_enabled(cuda_ ? at::kCUDA : at::kCPU, true);
+  at::autocast::set_autocast_dtype(cuda_ ? at::kCUDA : at::kCPU, at::kBFloat16);
+#else
+  if (cuda_) {
+    at::autocast::set_enabled(true);
+    at::autocast::set_autocast_gpu_dtype(at::kBFloat16);
+  } else {
+    at::autocast::set_cpu_enabled(true);
+    at::autocast::set_autocast_cpu_dtype(at::kBFloat16);
+  }
+#endif
+}
+
+AutocastGuard::~AutocastGuard() {
+  if (!enabled_) return;
+#if TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 4)
+  at::autocast::set_autocast_enabled(cuda_ ? at::kCUDA : at::kCPU, false);
+#else
+  if (cuda_) at::autocast::set_enabled(false); else at::autocast::set_cpu_enabled(false);
+#endif
+  at::autocast::clear_cache();
+}
+
+}  // namespace lm::train

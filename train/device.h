@@ -1,0 +1,34 @@
+// Device peaks for MFU, and mixed precision.
+#pragma once
+
+#include <torch/torch.h>
+
+#include <string>
+
+namespace lm::train {
+
+struct DevicePeak {
+  double flops = 0;    // FLOP/s, 0 = unknown
+  std::string source;  // "measured fp32 matmul", "table: NVIDIA H100", ...
+};
+
+// CPU: a matmul micro-benchmark in `dtype` (~0.3 s). CUDA: the dense bf16/fp32 figure from a
+// table keyed by the device name (H100/H200 989 TFLOP/s bf16, A100 312, L40S 362, RTX 4090 165).
+// `override_flops` > 0 wins.
+DevicePeak device_peak(const torch::Device& device, torch::ScalarType dtype, double override_flops);
+
+// CPU peak, measured: best of several n×n matmuls.
+double measure_matmul_flops(torch::ScalarType dtype, int64_t n, double seconds);
+
+// Enables bf16 autocast on `device` for its lifetime (fp32 master weights stay fp32).
+class AutocastGuard {
+ public:
+  AutocastGuard(const torch::Device& device, bool enabled);
+  ~AutocastGuard();
+
+ private:
+  bool enabled_;
+  bool cuda_;
+};
+
+}  // namespace lm::train
