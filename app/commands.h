@@ -22,6 +22,7 @@ using Registry = std::vector<Command>;
 struct GlobalOptions {
   int threads = 0;  // 0 = all cores
   bool quiet = false;
+  int exit_code = -1;  // set by a command that ends on a signal (128+N) with an ok status
 };
 GlobalOptions& global_options();
 

@@ -30,7 +30,9 @@ int run_main(CLI::App& app, Registry& registry, int argc, char** argv) {
   for (auto& cmd : registry) {
     if (cmd.sub->parsed()) {
       try {
-        return report_error(cmd.run());
+        absl::Status st = cmd.run();
+        if (st.ok() && global_options().exit_code >= 0) return global_options().exit_code;
+        return report_error(st);
       } catch (const std::exception& e) {
         std::fprintf(stderr, "error: %s\n", e.what());
         return kExitRuntime;
