@@ -10,6 +10,7 @@ PACKAGES=(
   libsentencepiece-dev sentencepiece
   libabsl-dev libcli11-dev nlohmann-json3-dev libicu-dev
   zlib1g-dev libbz2-dev   # gzip corpora, bz2 HellaSwag export
+  libgloo-dev             # headers for c10d ProcessGroupGloo (CPU data parallel)
   libgtest-dev libgmock-dev libbenchmark-dev
   python3-torch python3-numpy   # independent oracle and peer in tests/benchmarks only
 )

@@ -15,6 +15,7 @@
 #include "model/verify.h"
 #include "train/checkpoint.h"
 #include "train/device.h"
+#include "train/distributed.h"
 #include "train/optim.h"
 
 namespace lm::train {
@@ -151,6 +152,14 @@ absl::StatusOr<FitSummary> fit(const FitRequest& req_in, BatchSource& source, co
   AdamW optim(params, tc);
   std::vector<torch::Tensor> plist;
   for (auto& [n, p] : params) plist.push_back(p);
+  Comm* comm = req.comm;
+  if (comm != nullptr) {
+    // Every rank must run the same job; then start from rank 0's weights.
+    LM_RETURN_IF_ERROR(comm->check_same("run config", run_config_json(req).dump()));
+    std::vector<torch::Tensor> state;
+    for (auto& p : plist) state.push_back(p);
+    comm->broadcast(state);
+  }
 
   int64_t step = 0, tokens = 0;
   const std::string metrics_path = (run / "metrics.jsonl").string();
@@ -260,6 +269,10 @@ absl::StatusOr<FitSummary> fit(const FitRequest& req_in, BatchSource& source, co
         step_loss += loss.item<double>();
       }
     }
+    if (comm != nullptr) {
+      comm->average_gradients(plist);
+      step_loss = comm->sum(step_loss) / comm->world();
+    }
     if (step == tc.inject_nan_step) {
       torch::NoGradGuard g;
       for (auto& [n, p] : params) {
@@ -333,9 +346,12 @@ absl::StatusOr<FitSummary> fit(const FitRequest& req_in, BatchSource& source, co
       log_info("stopped at step %d as asked (train.stop_at_step); continue with --resume", step);
       break;
     }
-    if (stop_signal() != 0) {
+    // Ranks agree on stopping, so they checkpoint the same step and none waits on a dead peer.
+    int sig = stop_signal();
+    if (comm != nullptr) sig = static_cast<int>(comm->max(sig));
+    if (sig != 0) {
       LM_RETURN_IF_ERROR(checkpoint(last_loss));
-      sum.stop_signal = stop_signal();
+      sum.stop_signal = sig;
       log_warn("signal %d: stopped after step %d with a checkpoint; continue with --resume", sum.stop_signal, step);
       break;
     }

@@ -11,6 +11,8 @@
 
 namespace lm::train {
 
+class Comm;
+
 // Where training windows come from: the data pipeline's BatchSampler in `lmtrain fit`,
 // synthetic tokens in tests. next() fills micro_batch*(seq_len+1) tokens row-major.
 class BatchSource {
@@ -34,6 +36,7 @@ struct FitRequest {
   Json data_info = Json::object();  // recorded in config.json (shards folder, tokenizer folder)
   int world_size = 1;
   int rank = 0;
+  Comm* comm = nullptr;  // set for data-parallel runs (train/distributed.h)
 };
 
 struct FitSummary {

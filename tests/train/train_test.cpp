@@ -10,39 +10,13 @@
 #include "train/config.h"
 #include "train/optim.h"
 #include "train/trainer.h"
+#include "tests/train/synthetic_source.h"
 
 namespace lm::train {
 namespace {
 namespace fs = std::filesystem;
 
-// Deterministic synthetic rows: row i is a fixed pseudo-random sequence with a learnable
-// pattern (token t+1 = token t + 1 mod V half of the time), so the loss falls.
-class SyntheticSource : public BatchSource {
- public:
-  SyntheticSource(int64_t rows_per_call, int64_t len, int64_t vocab)
-      : rows_(rows_per_call), len_(len), vocab_(vocab) {}
-  void next(std::vector<int32_t>* out) override {
-    out->resize(rows_ * len_);
-    for (int64_t r = 0; r < rows_; ++r, ++row_) {
-      uint64_t h = 0x9E3779B97F4A7C15ULL * (row_ + 1);
-      int32_t tok = static_cast<int32_t>(h % vocab_);
-      for (int64_t t = 0; t < len_; ++t) {
-        h ^= h >> 33; h *= 0xff51afd7ed558ccdULL; h ^= h >> 29;
-        tok = (h % 2 == 0) ? (tok + 1) % vocab_ : static_cast<int32_t>(h % vocab_);
-        (*out)[r * len_ + t] = tok;
-      }
-    }
-  }
-  Json cursor() const override { return {{"row", row_}}; }
-  absl::Status restore(const Json& c) override {
-    if (!c.contains("row")) return absl::InvalidArgumentError("cursor has no row");
-    row_ = c["row"].get<int64_t>();
-    return absl::OkStatus();
-  }
-
- private:
-  int64_t rows_, len_, vocab_, row_ = 0;
-};
+using testing::SyntheticSource;
 
 fs::path temp_run(const std::string& name) {
   auto p = fs::temp_directory_path() / ("lm_train_test_" + std::to_string(getpid())) / name;

@@ -1,0 +1,213 @@
+#include "train/distributed.h"
+
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
+#include <torch/csrc/distributed/c10d/TCPStore.hpp>
+
+#include <cstdlib>
+#include <cstring>
+
+#include "absl/strings/str_format.h"
+#include "core/file.h"
+#include "core/log.h"
+
+namespace lm::train {
+
+namespace {
+absl::StatusOr<int> env_int(const char* name, int fallback, bool* found) {
+  const char* v = std::getenv(name);
+  if (v == nullptr || *v == 0) return fallback;
+  char* end = nullptr;
+  long x = std::strtol(v, &end, 10);
+  if (*end != 0 || x < 0) return absl::InvalidArgumentError(absl::StrFormat("environment %s=%s: expected a non-negative integer", name, v));
+  *found = true;
+  return static_cast<int>(x);
+}
+}  // namespace
+
+absl::StatusOr<DistEnv> dist_env_from_environment() {
+  DistEnv e;
+  bool found = false, slurm = false;
+  LM_ASSIGN_OR_RETURN(e.world, env_int("WORLD_SIZE", 1, &found));
+  LM_ASSIGN_OR_RETURN(e.rank, env_int("RANK", 0, &found));
+  LM_ASSIGN_OR_RETURN(e.local_rank, env_int("LOCAL_RANK", e.rank, &found));
+  if (!found) {  // Slurm srun without torchrun
+    LM_ASSIGN_OR_RETURN(e.world, env_int("SLURM_NTASKS", 1, &slurm));
+    LM_ASSIGN_OR_RETURN(e.rank, env_int("SLURM_PROCID", 0, &slurm));
+    LM_ASSIGN_OR_RETURN(e.local_rank, env_int("SLURM_LOCALID", 0, &slurm));
+  }
+  bool dummy = false;
+  LM_ASSIGN_OR_RETURN(e.master_port, env_int("MASTER_PORT", 29500, &dummy));
+  if (const char* a = std::getenv("MASTER_ADDR"); a != nullptr && *a != 0) e.master_addr = a;
+  if (e.world < 1) return absl::InvalidArgumentError("WORLD_SIZE must be >= 1");
+  if (e.rank >= e.world)
+    return absl::InvalidArgumentError(absl::StrFormat("RANK=%d is not below WORLD_SIZE=%d", e.rank, e.world));
+  return e;
+}
+
+struct Comm::Impl {
+  c10::intrusive_ptr<c10d::Store> store;
+  c10::intrusive_ptr<c10d::ProcessGroup> pg;
+  int rank = 0, world = 1;
+  torch::Device device{torch::kCPU};
+};
+
+Comm::Comm(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+Comm::~Comm() = default;
+int Comm::rank() const { return impl_->rank; }
+int Comm::world() const { return impl_->world; }
+
+absl::StatusOr<std::unique_ptr<Comm>> Comm::connect(const DistEnv& env, const torch::Device& device,
+                                                    std::chrono::seconds timeout) {
+  auto impl = std::make_unique<Impl>();
+  impl->rank = env.rank;
+  impl->world = env.world;
+  impl->device = device;
+  try {
+    c10d::TCPStoreOptions so;
+    so.port = static_cast<uint16_t>(env.master_port);
+    so.isServer = env.rank == 0;
+    so.numWorkers = env.world;
+    so.waitWorkers = true;
+    so.timeout = std::chrono::duration_cast<std::chrono::milliseconds>(timeout);
+    impl->store = c10::make_intrusive<c10d::TCPStore>(env.master_addr, so);
+    if (device.is_cuda()) {
+      return absl::UnimplementedError("data parallel on CUDA needs a LibTorch built with NCCL (LibTorch 2.x CUDA image); this build has Gloo only");
+    }
+    auto opts = c10d::ProcessGroupGloo::Options::create(std::chrono::duration_cast<std::chrono::milliseconds>(timeout));
+    const bool loopback = env.master_addr == "127.0.0.1" || env.master_addr == "localhost";
+    opts->devices.push_back(loopback ? c10d::ProcessGroupGloo::createDeviceForHostname("127.0.0.1")
+                                     : c10d::ProcessGroupGloo::createDefaultDevice());
+    impl->pg = c10::make_intrusive<c10d::ProcessGroupGloo>(impl->store, env.rank, env.world, opts);
+  } catch (const std::exception& e) {
+    return absl::UnavailableError(absl::StrFormat(
+        "rank %d: cannot join the process group at %s:%d within %ds: %s (are all %d ranks started? is the port free?)",
+        env.rank, env.master_addr, env.master_port, static_cast<int>(timeout.count()), e.what(), env.world));
+  }
+  return std::unique_ptr<Comm>(new Comm(std::move(impl)));
+}
+
+void Comm::broadcast(std::vector<torch::Tensor>& tensors) {
+  torch::NoGradGuard g;
+  for (auto& t : tensors) {
+    std::vector<at::Tensor> one{t.data()};
+    impl_->pg->broadcast(one)->wait();
+  }
+}
+
+void Comm::average_gradients(const std::vector<torch::Tensor>& params, int64_t bucket_bytes) {
+  torch::NoGradGuard g;
+  // Flatten gradients into buckets so a few large all-reduces replace many small ones
+  // (the bucketing idea of PyTorch DDP, Li et al. 2020); launch all, then wait and scatter back.
+  struct Bucket { std::vector<torch::Tensor> grads; torch::Tensor flat; c10::intrusive_ptr<c10d::Work> work; };
+  std::vector<Bucket> buckets(1);
+  int64_t bytes = 0;
+  for (const auto& p : params) {
+    if (!p.grad().defined()) continue;
+    if (bytes > bucket_bytes) { buckets.emplace_back(); bytes = 0; }
+    buckets.back().grads.push_back(p.grad());
+    bytes += p.grad().numel() * p.grad().element_size();
+  }
+  for (auto& b : buckets) {
+    if (b.grads.empty()) continue;
+    std::vector<torch::Tensor> flat;
+    for (auto& gr : b.grads) flat.push_back(gr.reshape({-1}));
+    b.flat = torch::cat(flat);
+    std::vector<at::Tensor> one{b.flat};
+    b.work = impl_->pg->allreduce(one);
+  }
+  const double inv = 1.0 / impl_->world;
+  for (auto& b : buckets) {
+    if (b.grads.empty()) continue;
+    b.work->wait();
+    b.flat.mul_(inv);
+    int64_t off = 0;
+    for (auto& gr : b.grads) {
+      gr.copy_(b.flat.narrow(0, off, gr.numel()).view_as(gr));
+      off += gr.numel();
+    }
+  }
+}
+
+double Comm::sum(double value) {
+  std::vector<at::Tensor> t{torch::tensor({value}, torch::kFloat64)};
+  impl_->pg->allreduce(t)->wait();
+  return t[0].item<double>();
+}
+
+double Comm::max(double value) {
+  std::vector<at::Tensor> t{torch::tensor({value}, torch::kFloat64)};
+  c10d::AllreduceOptions o;
+  o.reduceOp = c10d::ReduceOp::MAX;
+  impl_->pg->allreduce(t, o)->wait();
+  return t[0].item<double>();
+}
+
+absl::Status Comm::check_same(const std::string& what, const std::string& value) {
+  const uint64_t h = fnv1a64(value.data(), value.size());
+  // Two halves as doubles keep the comparison exact (each < 2^32).
+  const double lo = static_cast<double>(h & 0xffffffffULL), hi = static_cast<double>(h >> 32);
+  const bool same = max(lo) == -max(-lo) && max(hi) == -max(-hi);
+  if (!same) {
+    return absl::FailedPreconditionError(absl::StrFormat(
+        "rank %d: ranks disagree on the %s (this rank has %s); start every rank with the same config, data and tokenizer",
+        impl_->rank, what, hex64(h)));
+  }
+  return absl::OkStatus();
+}
+
+void Comm::barrier() { impl_->pg->barrier()->wait(); }
+
+int launch_local_ranks(int nproc, int argc, char** argv, int master_port) {
+  std::vector<pid_t> pids;
+  // Children drop --nproc from their command line; the launcher variables tell them their rank.
+  std::vector<std::string> args;
+  for (int i = 0; i < argc; ++i) {
+    std::string a = argv[i];
+    if (a == "--nproc") { ++i; continue; }
+    if (a.rfind("--nproc=", 0) == 0) continue;
+    args.push_back(a);
+  }
+  for (int r = 0; r < nproc; ++r) {
+    pid_t pid = fork();
+    if (pid == 0) {
+      setenv("RANK", std::to_string(r).c_str(), 1);
+      setenv("LOCAL_RANK", std::to_string(r).c_str(), 1);
+      setenv("WORLD_SIZE", std::to_string(nproc).c_str(), 1);
+      setenv("MASTER_ADDR", "127.0.0.1", 1);
+      setenv("MASTER_PORT", std::to_string(master_port).c_str(), 1);
+      std::vector<char*> cargs;
+      for (auto& a : args) cargs.push_back(a.data());
+      cargs.push_back(nullptr);
+      execv("/proc/self/exe", cargs.data());
+      _exit(127);
+    }
+    pids.push_back(pid);
+  }
+  // Forward stop signals to every rank; they finish the step and checkpoint together.
+  static std::vector<pid_t>* children = &pids;
+  struct sigaction sa {};
+  sa.sa_handler = [](int sig) { for (pid_t p : *children) kill(p, sig); };
+  sigaction(SIGINT, &sa, nullptr);
+  sigaction(SIGTERM, &sa, nullptr);
+  int rc = 0;
+  size_t alive = pids.size();
+  while (alive > 0) {
+    int status = 0;
+    pid_t done = wait(&status);
+    if (done < 0) { if (errno == EINTR) continue; break; }
+    --alive;
+    int code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+    if (code != 0 && rc == 0) {
+      rc = code;
+      log_warn("a rank exited with %d: stopping the others", code);
+      for (pid_t p : pids) if (p != done) kill(p, SIGTERM);
+    }
+  }
+  return rc;
+}
+
+}  // namespace lm::train

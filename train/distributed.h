@@ -1,0 +1,60 @@
+// Data parallelism on PyTorch's c10d (Gloo on CPU; NCCL on CUDA builds that have it), started by
+// torchrun/Slurm through RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR, MASTER_PORT, or by --nproc.
+#pragma once
+
+#include <torch/torch.h>
+
+#include <chrono>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "core/status.h"
+
+namespace lm::train {
+
+struct DistEnv {
+  int rank = 0;
+  int world = 1;
+  int local_rank = 0;
+  std::string master_addr = "127.0.0.1";
+  int master_port = 29500;
+  bool active() const { return world > 1; }
+};
+
+// Reads the launcher's variables (torchrun, or Slurm's SLURM_PROCID/SLURM_NTASKS/SLURM_LOCALID);
+// errors name the variable.
+absl::StatusOr<DistEnv> dist_env_from_environment();
+
+// A process group plus the gradient all-reduce. All collectives time out after `timeout`, so a
+// dead rank makes the others fail loudly instead of hanging.
+class Comm {
+ public:
+  static absl::StatusOr<std::unique_ptr<Comm>> connect(const DistEnv& env, const torch::Device& device,
+                                                       std::chrono::seconds timeout);
+  ~Comm();
+  int rank() const;
+  int world() const;
+
+  // rank 0's values into every rank's tensors (identical initialisation).
+  void broadcast(std::vector<torch::Tensor>& tensors);
+  // Sum then divide by world, in place, in flat buckets of about `bucket_bytes`.
+  void average_gradients(const std::vector<torch::Tensor>& params, int64_t bucket_bytes = 25 << 20);
+  double sum(double value);
+  double max(double value);
+  // Every rank must pass the same string (config and tokenizer hash); errors name the ranks.
+  absl::Status check_same(const std::string& what, const std::string& value);
+  void barrier();
+
+  struct Impl;
+
+ private:
+  explicit Comm(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+// `lmtrain fit --nproc N` without a launcher: re-executes this program N times with the launcher
+// variables set, forwards SIGINT/SIGTERM, and ends every rank when one fails. Returns the exit code.
+int launch_local_ranks(int nproc, int argc, char** argv, int master_port);
+
+}  // namespace lm::train
