@@ -1,0 +1,30 @@
+#!/usr/bin/env bash
+# The prepared GPU check (device machine, < 8 minutes): build against the Python torch
+# package's LibTorch 2.x with CUDA, run the verification core on CUDA, the GPU tests, and the
+# train-step benchmark for `small` and `400m` in bf16. Results go to $OUT (or ./gpu-out).
+set -uo pipefail
+cd "$(dirname "$0")/.."
+OUT=${OUT:-gpu-out}; mkdir -p "$OUT"
+log() { echo "[gpu-check $(date +%T)] $*" | tee -a "$OUT/gpu-check.log"; }
+nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv | tee "$OUT/gpu.txt"
+PREFIX=$(python3 -c 'import torch;print(torch.utils.cmake_prefix_path)' 2>/dev/null)
+if [ -z "$PREFIX" ]; then log "no Python torch: cannot find LibTorch 2.x"; exit 1; fi
+log "torch prefix $PREFIX"
+command -v apt-get >/dev/null && { apt-get update -qq; apt-get install -y -qq --no-install-recommends \
+  ninja-build ccache pkg-config libsentencepiece-dev libabsl-dev libcli11-dev nlohmann-json3-dev libicu-dev \
+  zlib1g-dev libbz2-dev libgtest-dev libgmock-dev >/dev/null; }
+# Python wheels of torch < 2.6 use the pre-cxx11 ABI; match it.
+ABI=$(python3 -c 'import torch;print(int(torch._C._GLIBCXX_USE_CXX11_ABI))')
+cmake -S . -B build-gpu -G Ninja -DCMAKE_PREFIX_PATH="$PREFIX" -DCMAKE_CUDA_ARCHITECTURES=90 \
+  -DCMAKE_CXX_FLAGS="-D_GLIBCXX_USE_CXX11_ABI=$ABI" -DLM_BUILD_BENCH=ON > "$OUT/cmake.log" 2>&1 || { log "cmake failed"; tail -40 "$OUT/cmake.log"; exit 1; }
+JOBS=$(nproc) timeout 300 ninja -C build-gpu lmtrain train_step_bench model_test train_test > "$OUT/build.log" 2>&1 || { log "build failed"; tail -60 "$OUT/build.log"; exit 1; }
+log "check on CUDA"
+./build-gpu/app/lmtrain check --preset small --device cuda 2>&1 | tee "$OUT/check.txt"
+log "GPU tests"
+./build-gpu/tests/model/model_test --gtest_filter='*Cuda*:*GPU*' 2>&1 | tail -20 | tee "$OUT/gtest.txt"
+log "bench"
+for p in "small 32 256" "400m 8 2048"; do set -- $p
+  ./build-gpu/bench/train_step_bench --preset $1 --batch $2 --seq $3 --steps 20 --dtype bf16 --device cuda \
+    2>&1 | tee -a "$OUT/bench.jsonl"
+done
+log "done"
