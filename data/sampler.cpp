@@ -1,0 +1,309 @@
+#include "data/sampler.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+
+namespace lm::data {
+namespace {
+
+constexpr const char* kCursorKind = "lmforge.batch_sampler";
+constexpr int kCursorVersion = 1;
+
+// splitmix64 finaliser (Steele, Lea & Flood 2014): a strong 64-bit mixer for counter-based draws.
+uint64_t mix64(uint64_t x) {
+  x += 0x9e3779b97f4a7c15ULL;
+  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ULL;
+  x = (x ^ (x >> 27)) * 0x94d049bb133111ebULL;
+  return x ^ (x >> 31);
+}
+
+uint64_t hash_string(const std::string& s) { return fnv1a64(s.data(), s.size()); }
+
+}  // namespace
+
+uint64_t permute_index(uint64_t i, uint64_t n, uint64_t key) {
+  if (n <= 1) return 0;
+  int bits = 2;
+  while (bits < 64 && (uint64_t{1} << bits) < n) ++bits;
+  if (bits % 2 == 1) ++bits;  // balanced halves; the domain stays below 4n, so walks are short
+  const int half = bits / 2;
+  const uint64_t mask = (uint64_t{1} << half) - 1;
+  uint64_t x = i;
+  do {
+    uint64_t l = x >> half, r = x & mask;
+    for (uint64_t round = 0; round < 4; ++round) {
+      const uint64_t f = mix64(r ^ key ^ (round * 0xd6e8feb86659fd93ULL)) & mask;
+      const uint64_t nl = r;
+      r = l ^ f;
+      l = nl;
+    }
+    x = (l << half) | r;
+  } while (x >= n);
+  return x;
+}
+
+absl::StatusOr<BatchSampler> BatchSampler::create(const ShardSet& set, const SamplerConfig& cfg) {
+  if (cfg.batch < 1) return absl::InvalidArgumentError(absl::StrFormat("sampler.batch: %d, expected >= 1", cfg.batch));
+  if (cfg.seq_len < 1) return absl::InvalidArgumentError(absl::StrFormat("sampler.seq_len: %d, expected >= 1", cfg.seq_len));
+  if (cfg.world < 1 || cfg.rank < 0 || cfg.rank >= cfg.world) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("sampler: rank %d of world %d (expected 0 <= rank < world)", cfg.rank, cfg.world));
+  }
+  const std::vector<std::string> train = set.languages("train");
+  if (train.empty()) {
+    return absl::FailedPreconditionError(absl::StrCat(set.dir(), ": no training shards (re-run 'lmtrain prepare')"));
+  }
+  std::map<std::string, double> weights = cfg.weights.empty() ? set.weights() : cfg.weights;
+  const bool by_tokens = weights.empty();
+  for (const auto& [lang, w] : weights) {
+    if (!std::count(train.begin(), train.end(), lang) && w > 0) {
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "weights.%s: language '%s' has no training shards in %s (have: %s)", lang, lang, set.dir(),
+          absl::StrJoin(train, ", ")));
+    }
+    if (!(w >= 0) || !std::isfinite(w)) {
+      return absl::InvalidArgumentError(absl::StrFormat("weights.%s: %g, expected a finite number >= 0", lang, w));
+    }
+  }
+  auto data = std::make_shared<Data>();
+  double total = 0;
+  const uint64_t T = static_cast<uint64_t>(cfg.seq_len);
+  for (const auto& lang : train) {
+    const double w = by_tokens ? static_cast<double>(set.tokens(lang, "train"))
+                               : (weights.count(lang) ? weights.at(lang) : 0.0);
+    if (w <= 0) continue;
+    LangData ld;
+    ld.lang = lang;
+    ld.prob = w;
+    ld.key = hash_string(lang);
+    ld.shards = set.readers(lang, "train");
+    ld.cum.push_back(0);
+    for (const auto& r : ld.shards) {
+      const uint64_t n = r.size();
+      uint64_t count = 0;
+      if (cfg.doc_aligned) {
+        // Start at a document start; the next window starts at the last document start inside
+        // this window (so a cut-off document is seen whole next), or T later inside a long one.
+        const std::vector<uint64_t> offs = r.doc_offsets();
+        std::vector<uint64_t> starts;
+        uint64_t p = 0;
+        while (p + T + 1 <= n) {
+          starts.push_back(p);
+          auto it = std::upper_bound(offs.begin(), offs.end(), p + T);  // first start > p + T
+          const uint64_t q = *(it - 1);                                  // last start <= p + T
+          p = q > p ? q : p + T;
+        }
+        count = starts.size();
+        ld.starts.push_back(std::move(starts));
+      } else {
+        count = n >= T + 1 ? (n - 1) / T : 0;
+      }
+      ld.cum.push_back(ld.cum.back() + count);
+    }
+    if (ld.cum.back() == 0) {
+      return absl::FailedPreconditionError(absl::StrFormat(
+          "%s: language '%s' has %d training tokens in %d shards, not one window of seq_len+1 = %d "
+          "tokens (lower seq_len, give it weight 0, or add text)",
+          set.dir(), lang, set.tokens(lang, "train"), ld.shards.size(), T + 1));
+    }
+    total += w;
+    data->langs.push_back(std::move(ld));
+  }
+  if (data->langs.empty() || !(total > 0)) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "weights: every training language has weight 0 (have: %s)", absl::StrJoin(train, ", ")));
+  }
+  double acc = 0;
+  for (auto& ld : data->langs) {
+    ld.prob /= total;
+    acc += ld.prob;
+    data->cdf.push_back(acc);
+  }
+  data->cdf.back() = 1.0;
+
+  BatchSampler s;
+  s.cfg_ = cfg;
+  s.data_ = std::move(data);
+  s.consumed_.assign(s.data_->langs.size(), 0);
+  return s;
+}
+
+int BatchSampler::pick_language(uint64_t row) const {
+  const auto& cdf = data_->cdf;
+  if (cdf.size() == 1) return 0;
+  const double u = static_cast<double>(mix64(cfg_.seed ^ mix64(row)) >> 11) * 0x1.0p-53;
+  return static_cast<int>(std::upper_bound(cdf.begin(), cdf.end() - 1, u) - cdf.begin());
+}
+
+BatchSampler::Location BatchSampler::locate(int lang, uint64_t consumed) const {
+  const LangData& ld = data_->langs[lang];
+  const uint64_t n = ld.cum.back();
+  const uint64_t epoch = consumed / n;
+  const uint64_t key = mix64(cfg_.seed ^ ld.key) ^ mix64(epoch + 0x5851f42d4c957f2dULL);
+  const uint64_t p = permute_index(consumed % n, n, key);
+  const int s = static_cast<int>(std::upper_bound(ld.cum.begin(), ld.cum.end(), p) - ld.cum.begin()) - 1;
+  const uint64_t k = p - ld.cum[s];
+  Location loc;
+  loc.lang = lang;
+  loc.shard = s;
+  loc.offset = cfg_.doc_aligned ? ld.starts[s][k] : k * static_cast<uint64_t>(cfg_.seq_len);
+  return loc;
+}
+
+void BatchSampler::plan(int64_t step, std::vector<uint64_t>* consumed, std::vector<Location>* rows) const {
+  const uint64_t per_step = static_cast<uint64_t>(cfg_.batch) * cfg_.world;
+  const uint64_t base = static_cast<uint64_t>(step) * per_step;
+  rows->clear();
+  for (uint64_t j = 0; j < per_step; ++j) {
+    const int l = pick_language(base + j);
+    const uint64_t c = (*consumed)[l]++;
+    if (static_cast<int64_t>(j) / cfg_.batch == cfg_.rank) rows->push_back(locate(l, c));
+  }
+}
+
+void BatchSampler::next(std::vector<int32_t>* out) {
+  const uint64_t row_len = static_cast<uint64_t>(cfg_.seq_len) + 1;
+  std::vector<Location> rows;
+  plan(step_, &consumed_, &rows);
+  ++step_;
+  out->resize(rows.size() * row_len);
+  for (size_t i = 0; i < rows.size(); ++i) {
+    const Location& loc = rows[i];
+    data_->langs[loc.lang].shards[loc.shard].copy(loc.offset, row_len, out->data() + i * row_len);
+  }
+  // Ask the kernel to page in the next step's windows now, so a cold mmap does not stall the
+  // trainer; no thread, so the cursor is always exactly the next batch.
+  std::vector<uint64_t> ahead = consumed_;
+  plan(step_, &ahead, &rows);
+  for (const Location& loc : rows) data_->langs[loc.lang].shards[loc.shard].prefetch(loc.offset, row_len);
+}
+
+std::vector<std::string> BatchSampler::languages() const {
+  std::vector<std::string> out;
+  for (const auto& ld : data_->langs) out.push_back(ld.lang);
+  return out;
+}
+
+double BatchSampler::probability(const std::string& lang) const {
+  for (const auto& ld : data_->langs) {
+    if (ld.lang == lang) return ld.prob;
+  }
+  return 0;
+}
+
+uint64_t BatchSampler::windows(const std::string& lang) const {
+  for (const auto& ld : data_->langs) {
+    if (ld.lang == lang) return ld.cum.back();
+  }
+  return 0;
+}
+
+double BatchSampler::epochs(const std::string& lang) const {
+  for (size_t l = 0; l < data_->langs.size(); ++l) {
+    if (data_->langs[l].lang == lang) return static_cast<double>(consumed_[l]) / data_->langs[l].cum.back();
+  }
+  return 0;
+}
+
+Json BatchSampler::cursor() const {
+  Json probs = Json::object(), wins = Json::object(), used = Json::object();
+  for (size_t l = 0; l < data_->langs.size(); ++l) {
+    const LangData& ld = data_->langs[l];
+    probs[ld.lang] = ld.prob;
+    wins[ld.lang] = ld.cum.back();
+    used[ld.lang] = consumed_[l];
+  }
+  return Json{{"kind", kCursorKind}, {"version", kCursorVersion}, {"seed", cfg_.seed},
+              {"batch", cfg_.batch}, {"seq_len", cfg_.seq_len},   {"world", cfg_.world},
+              {"doc_aligned", cfg_.doc_aligned}, {"probabilities", probs}, {"windows", wins},
+              {"step", step_},     {"consumed", used}};
+}
+
+absl::Status BatchSampler::restore(const Json& c) {
+  auto bad = [](const std::string& msg) {
+    return absl::InvalidArgumentError(absl::StrCat("data cursor: ", msg));
+  };
+  if (!c.is_object() || c.value("kind", "") != kCursorKind) {
+    return bad("not a batch sampler cursor (expected an object with kind '" + std::string(kCursorKind) + "')");
+  }
+  if (c.value("version", 0) != kCursorVersion) {
+    return bad(absl::StrFormat("version %s, this build reads %d", c.value("version", Json()).dump(), kCursorVersion));
+  }
+  try {
+    auto same = [&](const char* key, const Json& mine) -> absl::Status {
+      if (!c.contains(key) || c.at(key) != mine) {
+        return bad(absl::StrFormat("%s: saved %s, this run has %s (resume with the same data settings, or "
+                                   "start the data stream afresh)",
+                                   key, c.contains(key) ? c.at(key).dump() : "nothing", mine.dump()));
+      }
+      return absl::OkStatus();
+    };
+    const Json mine = cursor();
+    for (const char* key : {"seed", "batch", "seq_len", "world", "doc_aligned", "windows"}) {
+      LM_RETURN_IF_ERROR(same(key, mine.at(key)));
+    }
+    // Probabilities round-trip through JSON text; compare with a tolerance far below any real change.
+    const Json& probs = c.at("probabilities");
+    bool probs_ok = probs.is_object() && probs.size() == mine.at("probabilities").size();
+    for (const auto& ld : data_->langs) {
+      probs_ok = probs_ok && probs.contains(ld.lang) && probs.at(ld.lang).is_number() &&
+                 std::abs(probs.at(ld.lang).get<double>() - ld.prob) <= 1e-12;
+    }
+    if (!probs_ok) {
+      return bad(absl::StrFormat("probabilities: saved %s, this run has %s (the mixture weights changed)",
+                                 probs.dump(), mine.at("probabilities").dump()));
+    }
+    const Json& used = c.at("consumed");
+    std::vector<uint64_t> consumed(data_->langs.size());
+    for (size_t l = 0; l < data_->langs.size(); ++l) {
+      const Json& v = used.at(data_->langs[l].lang);
+      if (!v.is_number_unsigned()) return bad("consumed." + data_->langs[l].lang + ": expected a count");
+      consumed[l] = v.get<uint64_t>();
+    }
+    if (!c.at("step").is_number_integer() || c.at("step").get<int64_t>() < 0) return bad("step: expected a count");
+    step_ = c.at("step").get<int64_t>();
+    consumed_ = std::move(consumed);
+  } catch (const Json::exception& e) {
+    return bad(absl::StrCat("malformed: ", e.what()));
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::vector<std::vector<int32_t>>> validation_windows(const ShardSet& set,
+                                                                     const std::string& lang,
+                                                                     int64_t seq_len,
+                                                                     int64_t max_windows,
+                                                                     int64_t stride) {
+  if (seq_len < 1) return absl::InvalidArgumentError(absl::StrFormat("seq_len: %d, expected >= 1", seq_len));
+  if (stride < 0) return absl::InvalidArgumentError(absl::StrFormat("stride: %d, expected >= 0", stride));
+  if (stride == 0) stride = seq_len;
+  const std::vector<ShardReader> shards = set.readers(lang, "val");
+  if (shards.empty()) {
+    return absl::NotFoundError(absl::StrFormat(
+        "%s: no validation shards for language '%s' (have val: %s; re-run 'lmtrain prepare' with a "
+        "larger --val-fraction)",
+        set.dir(), lang, absl::StrJoin(set.languages("val"), ", ")));
+  }
+  const uint64_t len = static_cast<uint64_t>(seq_len) + 1;
+  std::vector<std::vector<int32_t>> out;
+  for (const auto& r : shards) {
+    for (uint64_t p = 0; p + len <= r.size(); p += static_cast<uint64_t>(stride)) {
+      if (max_windows > 0 && static_cast<int64_t>(out.size()) >= max_windows) return out;
+      std::vector<int32_t> w(len);
+      r.copy(p, len, w.data());
+      out.push_back(std::move(w));
+    }
+  }
+  if (out.empty()) {
+    return absl::FailedPreconditionError(absl::StrFormat(
+        "%s: validation split of '%s' has %d tokens, fewer than seq_len+1 = %d (lower seq_len or "
+        "re-run 'lmtrain prepare' with a larger --val-fraction)",
+        set.dir(), lang, set.tokens(lang, "val"), len));
+  }
+  return out;
+}
+
+}  // namespace lm::data

@@ -1,0 +1,102 @@
+// The shards/ folder written by `lmtrain prepare`: manifest.json plus *.lmtok token shards,
+// train and val per language. ShardSet opens and validates it; the sampler reads from it.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "core/config.h"
+#include "core/status.h"
+#include "data/shard.h"
+
+namespace lm::data {
+
+inline constexpr const char* kManifestName = "manifest.json";
+inline constexpr const char* kManifestFormat = "lmforge.shards";
+inline constexpr int kManifestVersion = 1;
+
+// One shard as manifest.json lists it; `path` is relative to the shards folder.
+struct ShardEntry {
+  std::string path;
+  std::string lang;
+  std::string split;  // "train" or "val"
+  uint64_t tokens = 0;
+  uint64_t docs = 0;
+};
+
+// Per-language counts that `prepare` reports (train + val unless named).
+struct LanguageReport {
+  uint64_t docs = 0;
+  uint64_t chars = 0;  // Unicode code points of the document text
+  uint64_t bytes = 0;  // UTF-8 bytes of the document text
+  uint64_t train_tokens = 0;
+  uint64_t val_tokens = 0;
+  uint64_t train_docs = 0;
+  uint64_t val_docs = 0;
+  double weight = 0;         // mixture weight from corpus.json (sum over the language's sources)
+  double token_share = 0;    // share of training windows the sampler draws from this language
+  double natural_share = 0;  // share of training tokens the language has on disk
+};
+
+struct ShardManifest {
+  std::string tokenizer_hash;
+  int32_t vocab_size = 0;
+  int32_t eos_id = -1;
+  int32_t bos_id = -1;
+  std::string tokenizer_dir;               // as given to prepare, for people
+  std::map<std::string, double> weights;   // per language; empty = by token count
+  std::vector<ShardEntry> shards;
+  std::map<std::string, LanguageReport> languages;
+  Json prepare = Json::object();           // options and throughput of the prepare run
+};
+
+Json manifest_to_json(const ShardManifest& m);
+// Strict: unknown keys and wrong types are errors naming `source` and the dotted path.
+absl::StatusOr<ShardManifest> manifest_from_json(const Json& j, const std::string& source);
+// Writes dir/manifest.json atomically.
+absl::Status write_manifest(const std::string& dir, const ShardManifest& m);
+
+// What a run trains on per language and split.
+struct DatasetInfo {
+  std::string lang;
+  std::string split;
+  std::vector<std::string> shards;  // full paths
+  uint64_t tokens = 0;
+};
+
+class ShardSet {
+ public:
+  // Reads dir/manifest.json and opens every shard it lists, checking each header against the
+  // manifest (tokens, docs, tokenizer hash, vocab) and, with verify_checksum, the payload CRC.
+  static absl::StatusOr<ShardSet> open(const std::string& dir, bool verify_checksum = true);
+
+  // Every shard must carry this tokenizer hash and vocabulary size (the tokenizer's, not a
+  // padded embedding size); the error names the shard, both values and what to do.
+  absl::Status check_tokenizer(const std::string& hash, int32_t vocab) const;
+
+  const std::string& dir() const { return dir_; }
+  const ShardManifest& manifest() const { return manifest_; }
+  const std::string& tokenizer_hash() const { return manifest_.tokenizer_hash; }
+  int32_t vocab_size() const { return manifest_.vocab_size; }
+  int32_t eos_id() const { return manifest_.eos_id; }
+  // Mixture weights recorded by prepare (may be empty).
+  const std::map<std::string, double>& weights() const { return manifest_.weights; }
+
+  // Sorted languages that have at least one shard in `split` ("train" / "val").
+  std::vector<std::string> languages(const std::string& split) const;
+  uint64_t tokens(const std::string& lang, const std::string& split) const;
+  std::vector<DatasetInfo> datasets() const;
+
+  // Readers of one language and split, in manifest order.
+  std::vector<ShardReader> readers(const std::string& lang, const std::string& split) const;
+  const std::vector<ShardReader>& all_readers() const { return readers_; }
+
+ private:
+  std::string dir_;
+  ShardManifest manifest_;
+  std::vector<ShardReader> readers_;  // parallel to manifest_.shards
+};
+
+}  // namespace lm::data
