@@ -1,0 +1,366 @@
+#include "eval/evaluate.h"
+
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "core/file.h"
+#include "core/log.h"
+#include "data/shard_set.h"
+#include "eval/model_scorer.h"
+#include "eval/nll.h"
+#include "eval/run.h"
+#include "eval/score.h"
+#include "eval/tasks.h"
+
+namespace lm::eval {
+namespace fs = std::filesystem;
+
+namespace {
+
+struct Models {
+  LoadedRun run;
+  model::Transformer twin{nullptr};
+  ScorerOptions scorer;
+};
+
+absl::StatusOr<Models> load_models(const RunOptions& o) {
+  Models m;
+  if (o.device == "cuda") {
+    if (!torch::cuda::is_available())
+      return absl::FailedPreconditionError("--device cuda: no CUDA device visible (this build or machine has none)");
+    m.scorer.device = torch::Device(torch::kCUDA);
+  } else if (o.device != "cpu") {
+    return absl::InvalidArgumentError("--device: expected cpu or cuda, got '" + o.device + "'");
+  }
+  if (o.dtype != "fp32" && o.dtype != "bf16")
+    return absl::InvalidArgumentError("--dtype: expected fp32 or bf16, got '" + o.dtype + "'");
+  if (o.dtype == "bf16" && o.device != "cuda")
+    return absl::InvalidArgumentError("--dtype bf16 needs --device cuda (CPU bf16 matmuls are slow and inexact here)");
+  if (o.batch_size < 1) return absl::InvalidArgumentError("--batch-size must be >= 1");
+  m.scorer.bf16 = o.dtype == "bf16";
+  m.scorer.batch_size = o.batch_size;
+  LM_ASSIGN_OR_RETURN(m.run, load_run(o.run, o.step));
+  if (o.twin) m.twin = make_twin(m.run.config, m.run.seed);
+  const auto dt = m.scorer.bf16 ? torch::kBFloat16 : torch::kFloat32;
+  m.run.model->to(m.scorer.device, dt);
+  if (m.twin) m.twin->to(m.scorer.device, dt);
+  log_info("run %s: checkpoint step %d, %s, seed %d%s", o.run, m.run.step, m.run.config.preset, m.run.seed,
+           o.twin ? ", twin = init_weights(seed)" : "");
+  return m;
+}
+
+Scorer scorer_for(model::Transformer model, ScorerOptions so, const std::string& label) {
+  so.progress_label = label;
+  return make_model_scorer(model, so);
+}
+
+absl::Status write_result(const RunOptions& o, const std::string& job, const Json& j) {
+  std::string path = o.out;
+  if (path.empty()) {
+    std::error_code ec;
+    fs::create_directories(o.run + "/eval", ec);
+    if (ec) return absl::InternalError(absl::StrCat(o.run, "/eval: cannot create: ", ec.message()));
+    path = o.run + "/eval/" + job + ".json";
+  }
+  LM_RETURN_IF_ERROR(write_json_file(path, j));
+  log_info("wrote %s", path);
+  return absl::OkStatus();
+}
+
+Json run_header(const Models& m, const RunOptions& o) {
+  return Json{{"run", o.run},
+              {"checkpoint", m.run.checkpoint},
+              {"step", m.run.step},
+              {"seed", m.run.seed},
+              {"model", to_json(m.run.config)},
+              {"tokenizer_hash", m.run.tokenizer.hash()},
+              {"device", o.device},
+              {"dtype", o.dtype},
+              {"twin", o.twin ? "Transformer(config) after init_weights(train.seed): the run's own initial weights"
+                              : "not scored (pass --twin)"}};
+}
+
+// Documents of a text file: one per non-empty line, each followed by EOS.
+TokenIds text_stream(const tokenizer::Tokenizer& tok, const std::string& text) {
+  TokenIds stream;
+  size_t pos = 0;
+  while (pos < text.size()) {
+    size_t end = text.find('\n', pos);
+    if (end == std::string::npos) end = text.size();
+    std::string_view line(text.data() + pos, end - pos);
+    if (!line.empty() && line.back() == '\r') line.remove_suffix(1);
+    if (!line.empty()) {
+      TokenIds ids = tok.encode(line);
+      stream.insert(stream.end(), ids.begin(), ids.end());
+      stream.push_back(tok.eos_id());
+    }
+    pos = end + 1;
+  }
+  return stream;
+}
+
+}  // namespace
+
+absl::StatusOr<Json> run_nll(const NllOptions& o) {
+  if (o.data.empty() == o.text.empty()) return absl::InvalidArgumentError("give exactly one of --data or --text");
+  LM_ASSIGN_OR_RETURN(Models m, load_models(o.run));
+  const int64_t seq_len = o.seq_len > 0 ? o.seq_len : m.run.config.max_seq_len;
+  if (seq_len > m.run.config.max_seq_len)
+    return absl::InvalidArgumentError(absl::StrCat("--seq-len ", seq_len, " exceeds the model's max_seq_len ",
+                                                   m.run.config.max_seq_len));
+  if (o.stride < 0 || o.stride > seq_len)
+    return absl::InvalidArgumentError(absl::StrCat("--stride must lie in [0, seq_len=", seq_len, "]"));
+
+  // Windows per language: within each validation shard (as the trainer's val loss), or the text.
+  std::vector<std::pair<std::string, std::vector<Window>>> langs;
+  if (!o.text.empty()) {
+    LM_ASSIGN_OR_RETURN(std::string text, read_text_file(o.text));
+    const std::string name = o.langs.empty() ? "text" : o.langs[0];
+    langs.emplace_back(name, make_windows(text_stream(m.run.tokenizer, text), seq_len, o.stride, o.max_tokens));
+  } else {
+    LM_ASSIGN_OR_RETURN(auto set, data::ShardSet::open(o.data));
+    LM_RETURN_IF_ERROR(set.check_tokenizer(m.run.tokenizer.hash(), m.run.tokenizer.vocab_size()));
+    std::vector<std::string> names = o.langs.empty() ? set.languages("val") : o.langs;
+    for (const auto& lang : names) {
+      auto readers = set.readers(lang, "val");
+      if (readers.empty())
+        return absl::NotFoundError(absl::StrCat(o.data, ": no validation shard for language '", lang, "' (has: ",
+                                                absl::StrJoin(set.languages("val"), ","), ")"));
+      std::vector<Window> all;
+      int64_t budget = o.max_tokens;
+      for (const auto& r : readers) {
+        if (o.max_tokens > 0 && budget <= 0) break;
+        TokenIds stream(r.size());
+        r.copy(0, r.size(), stream.data());
+        auto w = make_windows(stream, seq_len, o.stride, o.max_tokens > 0 ? budget : 0);
+        for (const auto& x : w) budget -= static_cast<int64_t>(x.tokens.size()) - x.first_target;
+        all.insert(all.end(), std::make_move_iterator(w.begin()), std::make_move_iterator(w.end()));
+      }
+      langs.emplace_back(lang, std::move(all));
+    }
+  }
+
+  Json result = run_header(m, o.run);
+  result["kind"] = "nll";
+  result["source"] = o.text.empty() ? o.data : o.text;
+  result["seq_len"] = seq_len;
+  result["stride"] = o.stride;
+  result["windows"] = o.stride == 0 || o.stride == seq_len
+                          ? "non-overlapping: every token after the first of each shard scored once"
+                          : "sliding: each token scored once with >= seq_len - stride tokens of context";
+  result["bytes_rule"] =
+      "bytes/chars = UTF-8 bytes / code points of tokenizer.decode(all scored tokens); bits = nats / ln 2";
+  result["languages"] = Json::object();
+  Json dump = Json::object();
+  dump["run"] = o.run.run;
+  dump["checkpoint"] = m.run.checkpoint;
+  dump["seq_len"] = seq_len;
+  dump["languages"] = Json::object();
+  auto decode = [&](const TokenIds& ids) { return m.run.tokenizer.decode(ids); };
+
+  struct Row { std::string lang; NllStats model, twin; };
+  std::vector<Row> rows;
+  for (auto& [lang, windows] : langs) {
+    if (windows.empty()) return absl::InvalidArgumentError(absl::StrCat(lang, ": fewer than 2 tokens to score"));
+    Row row{lang, {}, {}};
+    std::vector<std::vector<double>> per_model, per_twin;
+    LM_ASSIGN_OR_RETURN(row.model, score_windows(windows, scorer_for(m.run.model, m.scorer, "nll " + lang + " model"),
+                                                 &per_model));
+    count_text(row.model, windows, decode);
+    Json lj = Json{{"model", nll_to_json(row.model)}};
+    if (o.run.twin) {
+      LM_ASSIGN_OR_RETURN(row.twin, score_windows(windows, scorer_for(m.twin, m.scorer, "nll " + lang + " twin"),
+                                                  &per_twin));
+      row.twin.bytes = row.model.bytes;
+      row.twin.chars = row.model.chars;
+      lj["twin"] = nll_to_json(row.twin);
+      lj["twin_minus_model"] = Json{{"nats_per_token", row.twin.nats_per_token() - row.model.nats_per_token()},
+                                    {"bits_per_byte", row.twin.bits_per_byte() - row.model.bits_per_byte()},
+                                    {"bits_per_char", row.twin.bits_per_char() - row.model.bits_per_char()}};
+    }
+    lj["windows"] = static_cast<int64_t>(windows.size());
+    result["languages"][lang] = lj;
+    if (!o.dump_tokens.empty()) {
+      Json wl = Json::array();
+      for (size_t i = 0; i < windows.size(); ++i) {
+        Json w = Json{{"tokens", windows[i].tokens}, {"first_target", windows[i].first_target}, {"nll", per_model[i]}};
+        if (o.run.twin) w["twin_nll"] = per_twin[i];
+        wl.push_back(std::move(w));
+      }
+      dump["languages"][lang] = std::move(wl);
+    }
+    rows.push_back(std::move(row));
+  }
+  if (!o.dump_tokens.empty()) {
+    LM_RETURN_IF_ERROR(write_file_atomic(o.dump_tokens, dump.dump()));
+    log_info("wrote per-token NLL of %d languages to %s", rows.size(), o.dump_tokens);
+  }
+  LM_RETURN_IF_ERROR(write_result(o.run, "nll", result));
+
+  if (o.run.print) {
+    std::printf("NLL  run %s  step %ld  seq_len %ld  stride %ld\n", o.run.run.c_str(), m.run.step, seq_len, o.stride);
+    std::printf("%-6s %10s  %12s %10s %10s %10s", "lang", "tokens", "nats/token", "ppl", "bits/byte", "bits/char");
+    if (o.run.twin) std::printf("  | %12s %10s %10s  | %10s", "twin nats/tok", "twin ppl", "bits/byte", "diff nats");
+    std::printf("\n");
+    for (const auto& r : rows) {
+      std::printf("%-6s %10ld  %12.4f %10.2f %10.4f %10.4f", r.lang.c_str(), r.model.tokens, r.model.nats_per_token(),
+                  r.model.perplexity(), r.model.bits_per_byte(), r.model.bits_per_char());
+      if (o.run.twin)
+        std::printf("  | %12.4f %10.1f %10.4f  | %10.4f", r.twin.nats_per_token(), r.twin.perplexity(),
+                    r.twin.bits_per_byte(), r.twin.nats_per_token() - r.model.nats_per_token());
+      std::printf("\n");
+    }
+  }
+  return result;
+}
+
+std::vector<std::string> expand_tasks(const std::vector<std::string>& names) {
+  std::vector<std::string> out;
+  for (const auto& n : names) {
+    if (n == "all") {
+      for (const auto& t : task_names()) out.push_back(t);
+    } else if (n == "benqa") {
+      out.push_back("benqa_bn");
+      out.push_back("benqa_en");
+    } else if (!n.empty()) {
+      out.push_back(n);
+    }
+  }
+  return out;
+}
+
+absl::StatusOr<Json> run_mc(const McOptions& o) {
+  const auto names = expand_tasks(o.tasks);
+  if (names.empty()) return absl::InvalidArgumentError("--tasks: no task named");
+  for (const auto& n : names) {
+    const auto known = task_names();
+    if (std::find(known.begin(), known.end(), n) == known.end())
+      return absl::InvalidArgumentError(absl::StrCat("--tasks: unknown task '", n, "' (known: ",
+                                                     absl::StrJoin(known, ","), ", benqa, all)"));
+  }
+  if (o.prefix != "eos" && o.prefix != "bos" && o.prefix != "none")
+    return absl::InvalidArgumentError("--prefix: expected eos, bos or none, got '" + o.prefix + "'");
+  // Load every task first so a missing file is reported before minutes of scoring.
+  std::vector<McTask> tasks;
+  Json missing = Json::object();
+  for (const auto& n : names) {
+    auto t = load_task(n, o.data_dir, o.limit);
+    if (t.ok()) {
+      tasks.push_back(std::move(*t));
+    } else if (t.status().code() == absl::StatusCode::kNotFound) {
+      log_warn("%s (skipped)", std::string(t.status().message()));
+      missing[n] = std::string(t.status().message());
+    } else {
+      return t.status();
+    }
+  }
+  if (tasks.empty()) return absl::NotFoundError(absl::StrCat("no task has data under ", o.data_dir, ": ", missing.dump()));
+
+  LM_ASSIGN_OR_RETURN(Models m, load_models(o.run));
+  const auto& tok = m.run.tokenizer;
+  TokenIds prefix;
+  if (o.prefix == "eos") prefix = {tok.eos_id()};
+  if (o.prefix == "bos") prefix = {tok.bos_id()};
+  Encoder encode = [&tok](std::string_view s) { return tok.encode(s); };
+
+  Json result = run_header(m, o.run);
+  result["kind"] = "mc";
+  result["data_dir"] = o.data_dir;
+  result["limit"] = o.limit;
+  result["prefix"] = o.prefix;
+  result["scoring"] =
+      "zero-shot, lm-evaluation-harness prompts; score = sum of continuation token log-probs with the harness's "
+      "_encode_pair; acc_norm divides by the choice's length in characters (delimiter excluded), acc_bytes by "
+      "its UTF-8 bytes; stderr = sample sd / sqrt(n)";
+  result["missing"] = missing;
+  result["tasks"] = Json::object();
+  std::ofstream samples;
+  if (!o.log_samples.empty()) {
+    samples.open(o.log_samples, std::ios::binary | std::ios::trunc);
+    if (!samples) return absl::InternalError("--log-samples: cannot write " + o.log_samples);
+  }
+
+  if (o.run.print) {
+    std::printf("MC  run %s  step %ld  prefix %s%s\n", o.run.run.c_str(), m.run.step, o.prefix.c_str(),
+                o.limit > 0 ? absl::StrCat("  limit ", o.limit).c_str() : "");
+    std::printf("%-14s %6s %7s  %15s %15s %15s", "task", "n", "chance", "acc", "acc_norm", "acc_bytes");
+    if (o.run.twin) std::printf("  | %15s %15s  %9s %9s", "twin acc", "twin acc_norm", "p(acc)", "p(norm)");
+    std::printf("  split\n");
+  }
+  for (const auto& task : tasks) {
+    LM_ASSIGN_OR_RETURN(TaskScoring sm, score_task(task, encode, scorer_for(m.run.model, m.scorer, task.name + " model"),
+                                                   prefix));
+    if (sm.boundary_mismatches > 0)
+      log_info("%s: %d of %d requests: encode(context) is not a prefix of encode(context + continuation); "
+               "scored as the harness does (docs/eval.md)", task.name, sm.boundary_mismatches, sm.requests.size());
+    const TaskMetrics mm = task_metrics(sm.examples, task.chance());
+    Json tj = metrics_to_json(mm);
+    tj["split"] = task.split;
+    tj["source"] = task.source;
+    tj["boundary_mismatches"] = sm.boundary_mismatches;
+    TaskScoring st;
+    TaskMetrics tm;
+    PairedTest pa, pn;
+    if (o.run.twin) {
+      LM_ASSIGN_OR_RETURN(st, score_task(task, encode, scorer_for(m.twin, m.scorer, task.name + " twin"), prefix));
+      tm = task_metrics(st.examples, task.chance());
+      std::vector<bool> a, b, an, bn;
+      for (size_t i = 0; i < sm.examples.size(); ++i) {
+        a.push_back(sm.examples[i].correct());
+        b.push_back(st.examples[i].correct());
+        an.push_back(sm.examples[i].correct_norm());
+        bn.push_back(st.examples[i].correct_norm());
+      }
+      pa = mcnemar(a, b);
+      pn = mcnemar(an, bn);
+      tj["twin"] = metrics_to_json(tm);
+      tj["paired_acc"] = paired_to_json(pa);
+      tj["paired_acc_norm"] = paired_to_json(pn);
+    }
+    result["tasks"][task.name] = tj;
+    if (samples.is_open()) {
+      size_t k = 0;
+      for (size_t i = 0; i < task.examples.size(); ++i) {
+        const auto& ex = task.examples[i];
+        const auto& r = sm.examples[i];
+        Json choices = Json::array();
+        for (size_t c = 0; c < ex.contexts.size(); ++c, ++k) {
+          Json cj = Json{{"context", ex.contexts[c]},
+                         {"continuation", ex.continuations[c]},
+                         {"context_tokens", static_cast<int64_t>(sm.requests[k].context.size())},
+                         {"continuation_ids", sm.requests[k].continuation},
+                         {"logprob", r.choices[c].logprob},
+                         {"chars", r.choices[c].chars},
+                         {"bytes", r.choices[c].bytes}};
+          if (o.run.twin) cj["twin_logprob"] = st.examples[i].choices[c].logprob;
+          choices.push_back(std::move(cj));
+        }
+        Json line = Json{{"task", task.name}, {"id", ex.id}, {"gold", ex.gold}, {"pred", r.pred},
+                         {"pred_norm", r.pred_norm}, {"pred_bytes", r.pred_bytes}, {"choices", choices}};
+        if (o.run.twin)
+          line["twin_pred"] = st.examples[i].pred, line["twin_pred_norm"] = st.examples[i].pred_norm;
+        samples << line.dump() << "\n";
+      }
+    }
+    if (o.run.print) {
+      auto pm = [](const Metric& x) { return absl::StrFormat("%.4f±%.4f", x.mean, x.stderr_); };
+      std::printf("%-14s %6ld %7.4f  %15s %15s %15s", task.name.c_str(), mm.n, mm.chance, pm(mm.acc).c_str(),
+                  pm(mm.acc_norm).c_str(), pm(mm.acc_bytes).c_str());
+      if (o.run.twin)
+        std::printf("  | %15s %15s  %9.3g %9.3g", pm(tm.acc).c_str(), pm(tm.acc_norm).c_str(), pa.p_value, pn.p_value);
+      std::printf("  %s\n", task.split.c_str());
+      std::fflush(stdout);
+    }
+  }
+  if (samples.is_open()) {
+    samples.close();
+    log_info("wrote per-example log to %s", o.log_samples);
+  }
+  LM_RETURN_IF_ERROR(write_result(o.run, "mc", result));
+  return result;
+}
+
+}  // namespace lm::eval

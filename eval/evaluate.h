@@ -1,0 +1,51 @@
+// The two lmeval jobs as library calls (the app/ mains only parse flags): NLL per language
+// against the random-initialized twin, and multiple-choice tasks. Each writes its JSON into
+// runs/NAME/eval/ atomically and prints a table on stdout.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "core/config.h"
+#include "core/status.h"
+
+namespace lm::eval {
+
+struct RunOptions {
+  std::string run;
+  int64_t step = -1;          // -1: latest
+  bool twin = false;
+  int64_t batch_size = 16;
+  std::string device = "cpu";  // cpu | cuda
+  std::string dtype = "fp32";  // fp32 | bf16 (bf16 only on cuda)
+  std::string out;            // result file; default runs/NAME/eval/<job>.json
+  bool print = true;          // the table on stdout
+};
+
+struct NllOptions {
+  RunOptions run;
+  std::string data;                // shards/ folder (validation shards), or
+  std::string text;                // a text file, one document per line
+  std::vector<std::string> langs;  // empty: every language with val shards
+  int64_t seq_len = 0;             // 0: the model's max_seq_len
+  int64_t stride = 0;              // 0: non-overlapping windows
+  int64_t max_tokens = 0;          // per language, 0 = all
+  std::string dump_tokens;         // JSON with every window's tokens and per-token NLL
+};
+absl::StatusOr<Json> run_nll(const NllOptions& o);
+
+struct McOptions {
+  RunOptions run;
+  std::string data_dir;
+  std::vector<std::string> tasks;  // names; "benqa" = benqa_bn + benqa_en, "all" = every task
+  int64_t limit = 0;
+  std::string prefix = "eos";      // token(s) before every context: eos | bos | none
+  std::string log_samples;         // per-example JSONL
+};
+absl::StatusOr<Json> run_mc(const McOptions& o);
+
+// "a,b,benqa" -> {"a", "b", "benqa_bn", "benqa_en"}; "all" -> every task.
+std::vector<std::string> expand_tasks(const std::vector<std::string>& names);
+
+}  // namespace lm::eval

@@ -1,0 +1,37 @@
+// A training run folder as `lmtrain fit` writes it (docs/eval.md):
+//   runs/NAME/config.json   {"model": ModelConfig, "train": {..., "seed": N}, ...}
+//   runs/NAME/tokenizer/    spm.model + tokenizer.json
+//   runs/NAME/checkpoints/step-00000100/model.safetensors (HF Llama names)
+//   runs/NAME/latest        "step-00000100"
+#pragma once
+
+#include <torch/torch.h>
+
+#include <cstdint>
+#include <string>
+
+#include "core/status.h"
+#include "eval/model_scorer.h"  // make_twin
+#include "model/config.h"
+#include "model/transformer.h"
+#include "tokenizer/tokenizer.h"
+
+namespace lm::eval {
+
+struct LoadedRun {
+  std::string dir;
+  std::string checkpoint;  // checkpoints/step-N folder
+  int64_t step = 0;
+  uint64_t seed = 0;       // train.seed: the twin's init seed
+  model::ModelConfig config;
+  model::Transformer model{nullptr};  // eval mode, CPU, fp32
+  tokenizer::Tokenizer tokenizer;
+};
+
+// step < 0: the checkpoint `latest` names. Errors name the file and what to do.
+absl::StatusOr<LoadedRun> load_run(const std::string& run_dir, int64_t step = -1);
+
+// The checkpoint folder name of a step: "step-00000100".
+std::string step_folder(int64_t step);
+
+}  // namespace lm::eval
