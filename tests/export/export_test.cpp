@@ -1,0 +1,400 @@
+// Hugging Face export, --init-from, KV-cache generation and the run report.
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <set>
+
+#include "core/config.h"
+#include "core/file.h"
+#include "core/log.h"
+#include "model/generate.h"
+#include "model/safetensors.h"
+#include "model/transformer.h"
+#include "tests/train/synthetic_source.h"
+#include "train/checkpoint.h"
+#include "train/hf_export.h"
+#include "train/optim.h"
+#include "train/report.h"
+#include "train/trainer.h"
+
+#define LM_ASSERT_OK(expr)                         \
+  do {                                             \
+    const auto& lm_st_ = (expr);                   \
+    ASSERT_TRUE(lm_st_.ok()) << lm_st_.ToString(); \
+  } while (0)
+
+namespace lm::train {
+namespace {
+namespace fs = std::filesystem;
+
+fs::path temp_dir(const std::string& name) {
+  auto p = fs::temp_directory_path() / ("lm_export_test_" + std::to_string(getpid())) / name;
+  fs::remove_all(p);
+  fs::create_directories(p);
+  return p;
+}
+
+model::ModelConfig tiny(bool tied = true) {
+  auto c = *model::preset("tiny");  // GQA: 4 query heads share 2 kv heads
+  c.tie_embeddings = tied;
+  return c;
+}
+
+// A tokenizer folder with the project's special ids. The exporter copies spm.model byte for byte
+// and reads only the ids, so placeholder bytes are enough here.
+void write_tokenizer(const fs::path& run) {
+  fs::create_directories(run / "tokenizer");
+  ASSERT_TRUE(write_file_atomic((run / "tokenizer/spm.model").string(), "placeholder spm bytes").ok());
+  Json meta = {{"unk_id", 0}, {"bos_id", 1}, {"eos_id", 2}, {"pad_id", 3}, {"vocab_size", 512}};
+  ASSERT_TRUE(write_json_file((run / "tokenizer/tokenizer.json").string(), meta).ok());
+}
+
+// A run folder as `lmtrain fit` leaves it, holding `m` as the checkpoint of `step`.
+void make_run(const fs::path& run, model::Transformer& m, int64_t step = 7) {
+  FitRequest req;
+  req.run_dir = run.string();
+  req.model = m->config();
+  req.tokenizer_hash = "tok-test";
+  ASSERT_TRUE(write_json_file((run / "config.json").string(), run_config_json(req)).ok());
+  std::vector<std::pair<std::string, torch::Tensor>> params;
+  for (auto& p : m->named_parameters()) params.emplace_back(p.key(), p.value());
+  AdamW opt(params, req.train);
+  Json state = {{"step", step}, {"tokens", step * 1000}, {"data_cursor", Json::object()},
+                {"config", run_config_json(req)}, {"tokenizer_hash", "tok-test"}, {"world_size", 1}};
+  ASSERT_TRUE(save_checkpoint(run.string(), step, m, opt, state, 3).ok());
+  write_tokenizer(run);
+}
+
+torch::Tensor fixed_ids(int64_t T, int64_t V) {
+  return (torch::arange(T, torch::kInt64) * 37 + 11).remainder(V).unsqueeze(0);  // [1, T]
+}
+
+class ExportTest : public ::testing::Test {
+ protected:
+  void SetUp() override { init_output(/*quiet=*/true); torch::manual_seed(0); }
+};
+
+// --- KV cache -------------------------------------------------------------------------------
+
+void expect_cache_matches(bool tied) {
+  model::Transformer m(tiny(tied));
+  m->init_weights(3);
+  m->eval();
+  torch::NoGradGuard ng;
+  auto ids = torch::randint(0, 512, {2, 40}, torch::kInt64);
+  auto full = m->forward(ids);  // [2, 40, V]
+  model::KVCache cache;
+  std::vector<torch::Tensor> parts = {m->forward_cached(ids.narrow(1, 0, 9), cache)};  // prefill 9
+  for (int64_t t = 9; t < 40; ++t) parts.push_back(m->forward_cached(ids.narrow(1, t, 1), cache));
+  EXPECT_EQ(cache.length, 40);
+  auto cached = torch::cat(parts, 1);
+  // fp32; the cached path sums the same products in the same order up to the masked tail, so
+  // differences are rounding only (~1e-6 observed); 1e-5 leaves room for other BLAS builds.
+  const double err = (cached - full).abs().max().item<double>();
+  EXPECT_LT(err, 1e-5) << "tied=" << tied;
+}
+
+TEST_F(ExportTest, KvCacheLogitsEqualFullForward) {
+  expect_cache_matches(true);
+  expect_cache_matches(false);
+}
+
+TEST_F(ExportTest, KvCacheRejectsOverflow) {
+  model::Transformer m(tiny());
+  m->eval();
+  torch::NoGradGuard ng;
+  model::KVCache cache;
+  m->forward_cached(torch::zeros({1, 120}, torch::kInt64), cache);
+  EXPECT_THROW(m->forward_cached(torch::zeros({1, 9}, torch::kInt64), cache), c10::Error);
+}
+
+TEST_F(ExportTest, GreedyWithCacheEqualsWithoutTokenForToken) {
+  auto cfg = tiny();
+  cfg.init_std = 0.5;  // sharp, varied logits: a 0.02 init greedily repeats one token
+  model::Transformer m(cfg);
+  m->init_weights(5);
+  model::SampleOptions o;
+  o.max_new_tokens = 60;
+  const std::vector<int32_t> prompt = {1, 17, 99, 230, 4, 77};
+  o.use_cache = true;
+  auto a = model::generate(m, prompt, o, /*keep_logits=*/true);
+  auto a2 = model::generate(m, prompt, o);
+  o.use_cache = false;
+  auto b = model::generate(m, prompt, o, /*keep_logits=*/true);
+  ASSERT_EQ(a.tokens.size(), 60u);
+  EXPECT_EQ(a.tokens, b.tokens);
+  EXPECT_EQ(a.tokens, a2.tokens);  // deterministic
+  double err = 0, scale = 1;
+  for (size_t i = 0; i < a.logits.size(); ++i)
+    for (size_t v = 0; v < a.logits[i].size(); ++v) {
+      err = std::max<double>(err, std::fabs(a.logits[i][v] - b.logits[i][v]));
+      scale = std::max<double>(scale, std::fabs(b.logits[i][v]));
+    }
+  // Relative to the largest logit (~1e2 with this init): fp32 rounding of differently shaped
+  // matmuls is ~1e-7 relative; 1e-5 is far below any gap that could flip an argmax here.
+  EXPECT_LT(err / scale, 1e-5) << "max |diff| " << err << " at logit scale " << scale;
+  EXPECT_GT(a.tokens_per_s, 0);
+  std::set<int32_t> distinct(a.tokens.begin(), a.tokens.end());
+  EXPECT_GT(distinct.size(), 1u);  // not a degenerate constant stream
+}
+
+TEST_F(ExportTest, SamplingIsSeededAndTopPRestricts) {
+  model::Transformer m(tiny());
+  m->init_weights(5);
+  model::SampleOptions o;
+  o.max_new_tokens = 30;
+  o.temperature = 1.0;
+  o.top_p = 0.9;
+  o.seed = 42;
+  auto a = model::generate(m, {1, 2, 3}, o), b = model::generate(m, {1, 2, 3}, o);
+  EXPECT_EQ(a.tokens, b.tokens);
+  o.seed = 43;
+  EXPECT_NE(model::generate(m, {1, 2, 3}, o).tokens, a.tokens);
+  // top_p tiny keeps only the argmax: sampling equals greedy.
+  auto logits = torch::tensor({0.1f, 2.0f, 1.9f, -1.0f});
+  uint64_t rng = 7;
+  for (int i = 0; i < 20; ++i) EXPECT_EQ(model::pick_token(logits, 1.0, 1e-6, &rng), 1);
+  int seen2 = 0;
+  for (int i = 0; i < 200; ++i) seen2 += model::pick_token(logits, 1.0, 1.0, &rng) == 2;
+  EXPECT_GT(seen2, 40);  // p(2) ~ 0.43 with full nucleus
+}
+
+// --- export ---------------------------------------------------------------------------------
+
+TEST_F(ExportTest, ExportRoundTripTensorsAndConfig) {
+  for (bool tied : {true, false}) {
+    const auto run = temp_dir(tied ? "run_tied" : "run_untied");
+    model::Transformer m(tiny(tied));
+    m->init_weights(11);
+    make_run(run, m);
+    for (std::string dtype : {"fp32", "bf16"}) {
+      ExportOptions o{run.string(), -1, (run / ("hf_" + dtype)).string(), dtype};
+      auto r = export_hf(o);
+      LM_ASSERT_OK(r.status());
+      EXPECT_EQ(r->step, 7);
+      auto f = model::load_safetensors(o.out + "/model.safetensors");
+      LM_ASSERT_OK(f.status());
+      std::map<std::string, torch::Tensor> got(f->tensors.begin(), f->tensors.end());
+      auto want = model::module_state(*m);
+      ASSERT_EQ(got.size(), want.size());
+      EXPECT_EQ(got.count("lm_head.weight"), tied ? 0u : 1u);
+      EXPECT_EQ(got.count("model.layers.1.self_attn.k_proj.weight"), 1u);
+      for (auto& [name, t] : want) {
+        ASSERT_EQ(got.count(name), 1u) << name;
+        const auto& g = got[name];
+        EXPECT_EQ(g.scalar_type(), dtype == "bf16" ? torch::kBFloat16 : torch::kFloat32) << name;
+        EXPECT_EQ(g.sizes(), t.sizes()) << name;  // HF Linear layout [out, in], unpermuted
+        // bit-exact: fp32 copies; bf16 equals the same rounding of the fp32 weights.
+        EXPECT_TRUE(torch::equal(g, t.to(g.scalar_type()))) << name;
+      }
+      auto cfg = read_json_file(o.out + "/config.json");
+      LM_ASSERT_OK(cfg.status());
+      const auto& c = *cfg;
+      EXPECT_EQ(c["architectures"][0], "LlamaForCausalLM");
+      EXPECT_EQ(c["model_type"], "llama");
+      EXPECT_EQ(c["hidden_size"], 64);
+      EXPECT_EQ(c["intermediate_size"], 192);
+      EXPECT_EQ(c["num_hidden_layers"], 2);
+      EXPECT_EQ(c["num_attention_heads"], 4);
+      EXPECT_EQ(c["num_key_value_heads"], 2);
+      EXPECT_EQ(c["max_position_embeddings"], 128);
+      EXPECT_EQ(c["vocab_size"], 512);
+      EXPECT_EQ(c["tie_word_embeddings"], tied);
+      EXPECT_EQ(c["bos_token_id"], 1);
+      EXPECT_EQ(c["eos_token_id"], 2);
+      EXPECT_EQ(c["pad_token_id"], 3);
+      EXPECT_EQ(c["torch_dtype"], dtype == "bf16" ? "bfloat16" : "float32");
+      EXPECT_EQ(c["hidden_act"], "silu");
+      EXPECT_EQ(c["attention_bias"], false);
+      EXPECT_EQ(c["mlp_bias"], false);
+      EXPECT_DOUBLE_EQ(c["rope_theta"].get<double>(), 10000.0);
+      EXPECT_DOUBLE_EQ(c["rms_norm_eps"].get<double>(), 1e-5);
+      auto back = model_config_from_hf(c, "config.json");
+      LM_ASSERT_OK(back.status());
+      EXPECT_EQ(back->n_kv_heads, 2);
+      EXPECT_EQ(back->tie_embeddings, tied);
+      auto tc = read_json_file(o.out + "/tokenizer_config.json");
+      LM_ASSERT_OK(tc.status());
+      EXPECT_EQ((*tc)["tokenizer_class"], "LlamaTokenizer");
+      EXPECT_EQ((*tc)["add_bos_token"], true);
+      EXPECT_EQ((*tc)["bos_token"], "<s>");
+      EXPECT_EQ(*read_file(o.out + "/tokenizer.model"), "placeholder spm bytes");
+      for (const char* file : {"generation_config.json", "special_tokens_map.json", "README.md"})
+        EXPECT_TRUE(fs::exists(fs::path(o.out) / file)) << file;
+    }
+  }
+}
+
+TEST_F(ExportTest, ExportErrorsNameTheProblem) {
+  const auto run = temp_dir("bad");
+  auto r = export_hf({run.string(), -1, (run / "hf").string(), "fp32"});
+  EXPECT_EQ(r.status().code(), absl::StatusCode::kNotFound) << r.status();
+  model::Transformer m(tiny());
+  make_run(run, m);
+  r = export_hf({run.string(), -1, (run / "hf").string(), "fp16"});
+  EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(std::string(r.status().message()).find("--dtype"), std::string::npos);
+  fs::remove(run / "tokenizer/spm.model");
+  r = export_hf({run.string(), -1, (run / "hf").string(), "fp32"});
+  EXPECT_NE(std::string(r.status().message()).find("spm.model"), std::string::npos) << r.status();
+}
+
+TEST_F(ExportTest, InitFromLoadsWeightsAndRejectsOtherArchitectures) {
+  const auto run = temp_dir("init");
+  model::Transformer m(tiny());
+  m->init_weights(21);
+  make_run(run, m);
+  const std::string hf = (run / "hf").string();
+  LM_ASSERT_OK(export_hf({run.string(), -1, hf, "fp32"}).status());
+  model::Transformer fresh(tiny());
+  fresh->init_weights(99);
+  LM_ASSERT_OK(init_from_hf(hf, fresh));
+  auto a = model::module_state(*m), b = model::module_state(*fresh);
+  for (size_t i = 0; i < a.size(); ++i) EXPECT_TRUE(torch::equal(a[i].second, b[i].second)) << a[i].first;
+  auto other_cfg = tiny();
+  other_cfg.d_ff = 256;
+  model::Transformer other(other_cfg);
+  auto st = init_from_hf(hf, other);
+  EXPECT_EQ(st.code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_NE(std::string(st.message()).find("intermediate_size"), std::string::npos) << st;
+  EXPECT_EQ(init_from_hf((run / "nowhere").string(), fresh).code(), absl::StatusCode::kNotFound);
+}
+
+TEST_F(ExportTest, FitInitFromStartsFromExportedWeights) {
+  const auto run = temp_dir("fit_src");
+  model::Transformer m(tiny());
+  m->init_weights(31);
+  make_run(run, m);
+  const std::string hf = (run / "hf").string();
+  LM_ASSERT_OK(export_hf({run.string(), -1, hf, "fp32"}).status());
+  FitRequest r;
+  r.run_dir = (temp_dir("fit_dst") / "run").string();
+  r.model = tiny();
+  r.train.steps = 1;
+  r.train.micro_batch = 2;
+  r.train.seq_len = 16;
+  r.train.warmup_steps = 1;
+  r.train.lr = 1e-12;  // one step that moves weights by ~1e-12: the checkpoint is the init
+  r.train.weight_decay = 0;
+  r.train.threads = 2;
+  r.train.verify_at_start = false;
+  r.tokenizer_hash = "tok-test";
+  r.init_from = hf;
+  testing::SyntheticSource src(2, 17, 512);
+  auto sum = fit(r, src, {});
+  LM_ASSERT_OK(sum.status());
+  model::Transformer after(tiny());
+  LM_ASSERT_OK(load_model(*find_checkpoint(r.run_dir, -1), after));
+  auto a = model::module_state(*m), b = model::module_state(*after);
+  // Adam's first step moves each weight by ~lr = 1e-12; a fresh init differs by ~0.02.
+  for (size_t i = 0; i < a.size(); ++i)
+    EXPECT_LT((a[i].second - b[i].second).abs().max().item<double>(), 1e-6) << a[i].first;
+  // A mismatched folder stops fit before training.
+  r.run_dir = (temp_dir("fit_bad") / "run").string();
+  r.model.d_ff = 256;
+  testing::SyntheticSource src2(2, 17, 512);
+  EXPECT_EQ(fit(r, src2, {}).status().code(), absl::StatusCode::kFailedPrecondition);
+}
+
+// Logits of the exported folder computed by an independent Python reimplementation of
+// transformers' LlamaForCausalLM (tests/export/hf_forward_check.py) equal lmforge's.
+void python_check(bool tied) {
+  if (std::system("/usr/bin/python3 -c 'import torch' >/dev/null 2>&1") != 0) GTEST_SKIP() << "python3-torch missing";
+  const auto run = temp_dir(tied ? "py_tied" : "py_untied");
+  model::Transformer m(tiny(tied));
+  m->init_weights(tied ? 41 : 42);
+  // Train-like weights: norms away from 1 so their layout matters too.
+  {
+    torch::NoGradGuard ng;
+    for (auto& p : m->named_parameters())
+      if (p.value().dim() == 1) p.value().uniform_(0.5, 1.5);
+  }
+  make_run(run, m);
+  const std::string hf = (run / "hf").string();
+  LM_ASSERT_OK(export_hf({run.string(), -1, hf, "fp32"}).status());
+  m->eval();
+  torch::NoGradGuard ng;
+  auto ids = fixed_ids(48, 512).repeat({2, 1});
+  ids[1] = ids[1].flip(0);
+  auto logits = m->forward(ids);
+  LM_ASSERT_OK(model::save_safetensors((run / "expected.safetensors").string(),
+                                       {{"input_ids", ids}, {"logits", logits.contiguous()}}));
+  const std::string cmd = "/usr/bin/python3 " LM_SOURCE_DIR "/tests/export/hf_forward_check.py " + hf + " " +
+                          (run / "expected.safetensors").string();
+  const int rc = std::system(cmd.c_str());
+  ASSERT_TRUE(WIFEXITED(rc));
+  if (WEXITSTATUS(rc) == 77) GTEST_SKIP() << "hf_forward_check.py skipped";
+  EXPECT_EQ(WEXITSTATUS(rc), 0) << cmd;
+}
+
+TEST_F(ExportTest, PythonLlamaReferenceMatchesTied) { python_check(true); }
+TEST_F(ExportTest, PythonLlamaReferenceMatchesUntied) { python_check(false); }
+
+// --- report ---------------------------------------------------------------------------------
+
+TEST_F(ExportTest, ReportHasCurvesTablesAndPngs) {
+  const auto dir = temp_dir("report");
+  FitRequest r;
+  r.run_dir = (dir / "run").string();
+  r.model = tiny();
+  r.train.steps = 20;
+  r.train.micro_batch = 2;
+  r.train.seq_len = 16;
+  r.train.warmup_steps = 2;
+  r.train.log_interval = 2;
+  r.train.eval_interval = 4;  // validation runs on logged steps: 4, 8, ..., 20
+  r.train.checkpoint_interval = 0;
+  r.train.threads = 2;
+  r.train.verify_at_start = false;
+  r.tokenizer_hash = "tok-test";
+  testing::SyntheticSource src(2, 17, 512), val_src(2, 17, 512);
+  std::vector<int32_t> flat;
+  ValSets val;
+  for (const char* lang : {"bn", "en"}) {
+    val_src.next(&flat);
+    val[lang] = {std::vector<int32_t>(flat.begin(), flat.begin() + 17), std::vector<int32_t>(flat.begin() + 17, flat.end())};
+  }
+  LM_ASSERT_OK(fit(r, src, val).status());
+  const fs::path run(r.run_dir);
+  write_tokenizer(run);
+  Json fert = {{"vocab_size", 512}, {"rows", {{{"encoder", "spm"}, {"set", "heldout"}, {"lang", "bn"}, {"cp_per_token", 3.25}, {"tokens_per_word", 1.61}}}}};
+  LM_ASSERT_OK(write_json_file((run / "tokenizer/fertility.json").string(), fert));
+  fs::create_directories(run / "eval");
+  Json nll = {{"step", 20}, {"languages", {{"bn", {{"model", {{"nats_per_token", 4.1}, {"bits_per_byte", 1.9}}}, {"twin", {{"nats_per_token", 6.24}}}}}}}};
+  Json mc = {{"step", 20}, {"tasks", {{"copa", {{"n", 100}, {"chance", 0.5}, {"model", {{"acc", 0.61}}}, {"twin", {{"acc", 0.49}}}}}}}};
+  LM_ASSERT_OK(write_json_file((run / "eval/nll.json").string(), nll));
+  LM_ASSERT_OK(write_json_file((run / "eval/mc.json").string(), mc));
+  auto rep = write_report(r.run_dir);
+  LM_ASSERT_OK(rep.status());
+  const std::string html = *read_file(rep->html);
+  // Curves: train loss with one point per logged step (10), validation per language (5 evals).
+  auto points_of = [&](const std::string& name) {
+    const auto at = html.find("data-name=\"" + name + "\"");
+    if (at == std::string::npos) return -1;
+    const auto p = html.find("points=\"", at), e = html.find('"', p + 8);
+    const std::string pts = html.substr(p + 8, e - p - 8);
+    return static_cast<int>(std::count(pts.begin(), pts.end(), ','));
+  };
+  EXPECT_EQ(points_of("train"), 10);
+  EXPECT_EQ(points_of("val bn"), 5);
+  EXPECT_EQ(points_of("val en"), 5);
+  EXPECT_EQ(points_of("lr"), 10);
+  EXPECT_EQ(points_of("tokens/s"), 10);
+  EXPECT_EQ(points_of("mfu"), 10);
+  for (const char* needle : {"id=\"fertility\"", "3.25", "id=\"nll\"", "twin.nats_per_token", "6.24", "id=\"mc\"",
+                             "chance", "0.61", "id=\"config\"", "Noto Sans Bengali", "\"seq_len\": 16"})
+    EXPECT_NE(html.find(needle), std::string::npos) << needle;
+  EXPECT_EQ(html.find("http://"), html.find("http://www.w3.org/2000/svg"));  // no external fetches
+  EXPECT_EQ(html.find("<script"), std::string::npos);
+  ASSERT_EQ(rep->pngs.size(), 4u);
+  for (const auto& p : rep->pngs) {
+    const std::string png = *read_file(p);
+    ASSERT_GT(png.size(), 1000u) << p;
+    EXPECT_EQ(png.substr(0, 8), std::string("\x89PNG\r\n\x1a\n", 8)) << p;
+  }
+}
+
+}  // namespace
+}  // namespace lm::train

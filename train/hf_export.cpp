@@ -1,0 +1,298 @@
+#include "train/hf_export.h"
+
+#include <algorithm>
+#include <filesystem>
+#include <sstream>
+
+#include "absl/strings/str_format.h"
+#include "core/file.h"
+#include "core/log.h"
+#include "model/safetensors.h"
+#include "train/checkpoint.h"
+
+namespace lm::train {
+namespace fs = std::filesystem;
+namespace {
+
+absl::Status write_json(const fs::path& p, const Json& j) {
+  return write_file_atomic(p.string(), j.dump(2) + "\n");
+}
+
+std::string fmt_num(const Json& j, const char* key, const char* f = "%.4f") {
+  if (!j.contains(key) || !j[key].is_number()) return "–";
+  return absl::StrFormat(f, j[key].get<double>());
+}
+
+// Markdown tables of eval/nll.json and eval/mc.json; the layout is the eval engineer's, so
+// read it loosely: any object of objects becomes rows.
+std::string eval_tables(const std::string& run_dir) {
+  std::string out;
+  for (const char* name : {"nll", "mc"}) {
+    const fs::path p = fs::path(run_dir) / "eval" / (std::string(name) + ".json");
+    if (!fs::exists(p)) continue;
+    auto j = read_json_file(p.string());
+    if (!j.ok()) continue;
+    out += absl::StrFormat("\n### eval/%s.json\n\n```json\n%s\n```\n", name, j->dump(2));
+  }
+  return out;
+}
+
+}  // namespace
+
+absl::StatusOr<SpecialTokens> read_special_tokens(const std::string& tokenizer_json) {
+  SpecialTokens sp;
+  if (!fs::exists(tokenizer_json)) return sp;
+  LM_ASSIGN_OR_RETURN(Json j, read_json_file(tokenizer_json));
+  auto id = [&](const char* key, int64_t& out) -> absl::Status {
+    if (!j.contains(key)) return absl::OkStatus();
+    if (!j[key].is_number_integer())
+      return absl::DataLossError(absl::StrCat(tokenizer_json, ": ", key, ": expected an integer"));
+    out = j[key].get<int64_t>();
+    return absl::OkStatus();
+  };
+  LM_RETURN_IF_ERROR(id("unk_id", sp.unk_id));
+  LM_RETURN_IF_ERROR(id("bos_id", sp.bos_id));
+  LM_RETURN_IF_ERROR(id("eos_id", sp.eos_id));
+  LM_RETURN_IF_ERROR(id("pad_id", sp.pad_id));
+  if (j.contains("pieces") && j["pieces"].is_object()) {
+    const Json& p = j["pieces"];
+    sp.unk = p.value("unk", sp.unk); sp.bos = p.value("bos", sp.bos);
+    sp.eos = p.value("eos", sp.eos); sp.pad = p.value("pad", sp.pad);
+  }
+  return sp;
+}
+
+Json hf_config_json(const model::ModelConfig& c, const SpecialTokens& sp, const std::string& dtype) {
+  Json j;
+  j["architectures"] = {"LlamaForCausalLM"};
+  j["model_type"] = "llama";
+  j["hidden_size"] = c.d_model;
+  j["intermediate_size"] = c.d_ff;
+  j["num_hidden_layers"] = c.n_layers;
+  j["num_attention_heads"] = c.n_heads;
+  j["num_key_value_heads"] = c.n_kv_heads;
+  j["head_dim"] = c.head_dim();
+  j["max_position_embeddings"] = c.max_seq_len;
+  j["rms_norm_eps"] = c.norm_eps;
+  j["rope_theta"] = c.rope_theta;
+  j["rope_scaling"] = nullptr;
+  j["vocab_size"] = c.vocab_size;
+  j["tie_word_embeddings"] = c.tie_embeddings;
+  j["bos_token_id"] = sp.bos_id;
+  j["eos_token_id"] = sp.eos_id;
+  j["pad_token_id"] = sp.pad_id;
+  j["torch_dtype"] = dtype == "bf16" ? "bfloat16" : "float32";
+  j["hidden_act"] = "silu";
+  j["attention_bias"] = false;
+  j["attention_dropout"] = 0.0;
+  j["mlp_bias"] = false;
+  j["initializer_range"] = c.init_std;
+  j["pretraining_tp"] = 1;
+  j["use_cache"] = true;
+  j["transformers_version"] = "4.40.0";
+  return j;
+}
+
+absl::StatusOr<model::ModelConfig> model_config_from_hf(const Json& hf, const std::string& src) {
+  model::ModelConfig c;
+  auto get_int = [&](const char* key, int64_t& out, bool required) -> absl::Status {
+    if (!hf.contains(key) || hf[key].is_null()) {
+      if (required) return absl::InvalidArgumentError(absl::StrCat(src, ": ", key, ": missing (not a Llama config.json?)"));
+      return absl::OkStatus();
+    }
+    if (!hf[key].is_number_integer())
+      return absl::InvalidArgumentError(absl::StrCat(src, ": ", key, ": expected an integer, got ", hf[key].dump()));
+    out = hf[key].get<int64_t>();
+    return absl::OkStatus();
+  };
+  if (hf.value("model_type", std::string()) != "llama")
+    return absl::InvalidArgumentError(absl::StrCat(src, ": model_type: expected \"llama\", got ", hf.value("model_type", Json("missing")).dump()));
+  for (const char* b : {"attention_bias", "mlp_bias"}) {
+    if (hf.value(b, false)) return absl::InvalidArgumentError(absl::StrCat(src, ": ", b, ": lmforge models have no biases"));
+  }
+  if (hf.contains("hidden_act") && hf["hidden_act"] != "silu")
+    return absl::InvalidArgumentError(absl::StrCat(src, ": hidden_act: only silu (SwiGLU) is supported, got ", hf["hidden_act"].dump()));
+  if (hf.contains("rope_scaling") && !hf["rope_scaling"].is_null())
+    return absl::InvalidArgumentError(absl::StrCat(src, ": rope_scaling: not supported (plain RoPE only)"));
+  LM_RETURN_IF_ERROR(get_int("vocab_size", c.vocab_size, true));
+  LM_RETURN_IF_ERROR(get_int("hidden_size", c.d_model, true));
+  LM_RETURN_IF_ERROR(get_int("num_hidden_layers", c.n_layers, true));
+  LM_RETURN_IF_ERROR(get_int("num_attention_heads", c.n_heads, true));
+  c.n_kv_heads = c.n_heads;
+  LM_RETURN_IF_ERROR(get_int("num_key_value_heads", c.n_kv_heads, false));
+  LM_RETURN_IF_ERROR(get_int("intermediate_size", c.d_ff, true));
+  LM_RETURN_IF_ERROR(get_int("max_position_embeddings", c.max_seq_len, true));
+  int64_t head_dim = c.n_heads > 0 ? c.d_model / c.n_heads : 0;
+  LM_RETURN_IF_ERROR(get_int("head_dim", head_dim, false));
+  if (c.n_heads > 0 && head_dim != c.d_model / c.n_heads)
+    return absl::InvalidArgumentError(absl::StrCat(src, ": head_dim: ", head_dim, " != hidden_size / num_attention_heads"));
+  c.rope_theta = hf.value("rope_theta", 10000.0);
+  c.norm_eps = hf.value("rms_norm_eps", 1e-6);
+  c.tie_embeddings = hf.value("tie_word_embeddings", false);
+  c.init_std = hf.value("initializer_range", 0.02);
+  LM_RETURN_IF_ERROR(annotate(model::validate(c), src));
+  return c;
+}
+
+absl::StatusOr<std::vector<Json>> read_metrics(const std::string& run_dir) {
+  std::vector<Json> rows;
+  const fs::path p = fs::path(run_dir) / "metrics.jsonl";
+  if (!fs::exists(p)) return rows;
+  LM_ASSIGN_OR_RETURN(std::string text, read_file(p.string()));
+  std::istringstream in(text);
+  std::string line;
+  while (std::getline(in, line)) {
+    if (line.empty()) continue;
+    try {
+      rows.push_back(Json::parse(line));
+    } catch (...) {
+      break;  // torn last line
+    }
+  }
+  return rows;
+}
+
+namespace {
+
+std::string model_card(const std::string& run_dir, const Json& run_cfg, const model::ModelConfig& mc,
+                       int64_t step, const Json& trainer, const std::string& dtype) {
+  std::string s;
+  const std::string name = fs::path(run_dir).filename().string();
+  s += "---\nlibrary_name: transformers\npipeline_tag: text-generation\nlanguage:\n- bn\n- en\n---\n\n";
+  s += absl::StrFormat("# %s\n\nA Llama-architecture causal language model pretrained from scratch with "
+                       "[lmforge](https://github.com/) (C++/LibTorch), exported at step %d.\n\n", name, step);
+  s += "## Model\n\n| field | value |\n|---|---|\n";
+  s += absl::StrFormat("| preset | %s |\n| parameters | %s (%d) |\n| layers / d_model / heads / kv heads | %d / %d / %d / %d |\n"
+                       "| d_ff (SwiGLU) | %d |\n| context | %d |\n| vocab | %d |\n| tied embeddings | %s |\n| dtype | %s |\n",
+                       mc.preset, format_count(static_cast<double>(model::param_count(mc))), model::param_count(mc),
+                       mc.n_layers, mc.d_model, mc.n_heads, mc.n_kv_heads, mc.d_ff, mc.max_seq_len, mc.vocab_size,
+                       mc.tie_embeddings ? "yes" : "no", dtype);
+  s += "\n## Training\n\n";
+  if (run_cfg.contains("data")) s += "Data: `" + run_cfg["data"].dump() + "`\n\n";
+  s += absl::StrFormat("Tokens seen: %s (%d steps).\n\n", format_count(trainer.value("tokens", 0.0)), trainer.value("step", int64_t{0}));
+  if (run_cfg.contains("train")) {
+    const Json& t = run_cfg["train"];
+    s += absl::StrFormat("Optimiser AdamW, peak lr %s, schedule %s, batch %s x %s x accum %s, dtype %s.\n\n",
+                         t.value("lr", Json()).dump(), t.value("schedule", Json()).dump(), t.value("micro_batch", Json()).dump(),
+                         t.value("seq_len", Json()).dump(), t.value("grad_accum", Json()).dump(), t.value("dtype", Json()).dump());
+  }
+  auto metrics = read_metrics(run_dir);
+  if (metrics.ok() && !metrics->empty()) {
+    const Json& first = metrics->front();
+    const Json& last = metrics->back();
+    s += "| | step | tokens | train loss (nats/token) |\n|---|---|---|---|\n";
+    s += absl::StrFormat("| first logged | %s | %s | %s |\n", first.value("step", Json()).dump(), first.value("tokens", Json()).dump(), fmt_num(first, "loss"));
+    s += absl::StrFormat("| last logged | %s | %s | %s |\n", last.value("step", Json()).dump(), last.value("tokens", Json()).dump(), fmt_num(last, "loss"));
+    for (auto it = metrics->rbegin(); it != metrics->rend(); ++it) {
+      if (!it->contains("val_loss")) continue;
+      s += absl::StrFormat("\nValidation loss at step %s (nats/token):\n\n| language | loss |\n|---|---|\n", (*it)["step"].dump());
+      for (auto& [lang, v] : (*it)["val_loss"].items()) s += absl::StrFormat("| %s | %.4f |\n", lang, v.get<double>());
+      break;
+    }
+  }
+  const std::string ev = eval_tables(run_dir);
+  if (!ev.empty()) s += "\n## Evaluation\n" + ev;
+  s += "\n## Use\n\n```python\nfrom transformers import AutoTokenizer, LlamaForCausalLM\n"
+       "tok = AutoTokenizer.from_pretrained(\"PATH\")\nmodel = LlamaForCausalLM.from_pretrained(\"PATH\")\n"
+       "ids = tok(\"বাংলা ভাষা\", return_tensors=\"pt\").input_ids\n"
+       "print(tok.decode(model.generate(ids, max_new_tokens=40)[0]))\n```\n";
+  s += "\nRotary embeddings use the rotate_half layout that transformers' Llama expects; no q/k permutation was applied.\n";
+  return s;
+}
+
+}  // namespace
+
+absl::StatusOr<ExportResult> export_hf(const ExportOptions& opt) {
+  if (opt.run_dir.empty() || opt.out.empty()) return absl::InvalidArgumentError("export needs --run and --out");
+  if (opt.dtype != "bf16" && opt.dtype != "fp32")
+    return absl::InvalidArgumentError("--dtype: expected bf16 or fp32, got '" + opt.dtype + "'");
+  const fs::path run(opt.run_dir), out(opt.out);
+  LM_ASSIGN_OR_RETURN(Json run_cfg, read_json_file((run / "config.json").string()));
+  if (!run_cfg.contains("model"))
+    return absl::DataLossError((run / "config.json").string() + ": field 'model' is missing (not a run folder written by 'lmtrain fit'?)");
+  model::ModelConfig mc;
+  LM_RETURN_IF_ERROR(from_json(run_cfg["model"], mc, "model"));
+  LM_ASSIGN_OR_RETURN(std::string ckpt, find_checkpoint(opt.run_dir, opt.step));
+  LM_ASSIGN_OR_RETURN(Json trainer, read_trainer_state(ckpt));
+  model::Transformer model(mc);
+  LM_RETURN_IF_ERROR(load_model(ckpt, model));
+
+  const fs::path tok_dir = run / "tokenizer";
+  const fs::path spm = tok_dir / "spm.model";
+  if (!fs::exists(spm))
+    return absl::NotFoundError(spm.string() + ": the run has no tokenizer copy (re-run 'lmtrain fit', which copies it)");
+  LM_ASSIGN_OR_RETURN(SpecialTokens sp, read_special_tokens((tok_dir / "tokenizer.json").string()));
+
+  std::error_code ec;
+  fs::create_directories(out, ec);
+  if (ec) return absl::InternalError(absl::StrCat(out.string(), ": cannot create: ", ec.message()));
+  model::NamedTensors tensors;
+  int64_t params = 0;
+  for (auto& [name, t] : model::module_state(*model)) {
+    params += t.numel();
+    tensors.emplace_back(name, t.to(opt.dtype == "bf16" ? torch::kBFloat16 : torch::kFloat32).contiguous());
+  }
+  const std::string st = (out / "model.safetensors").string();
+  LM_RETURN_IF_ERROR(model::save_safetensors(st, tensors, {{"format", "pt"}}));
+  LM_RETURN_IF_ERROR(write_json(out / "config.json", hf_config_json(mc, sp, opt.dtype)));
+  Json gen = {{"_from_model_config", true}, {"bos_token_id", sp.bos_id}, {"eos_token_id", sp.eos_id},
+              {"pad_token_id", sp.pad_id}, {"do_sample", false}, {"max_length", mc.max_seq_len},
+              {"transformers_version", "4.40.0"}};
+  LM_RETURN_IF_ERROR(write_json(out / "generation_config.json", gen));
+  LM_ASSIGN_OR_RETURN(std::string spm_bytes, read_file(spm.string()));
+  LM_RETURN_IF_ERROR(write_file_atomic((out / "tokenizer.model").string(), spm_bytes));
+  // Documents are stored as bos + text + eos (data/shard_set), so the HF tokenizer adds bos.
+  Json tc = {{"tokenizer_class", "LlamaTokenizer"}, {"add_bos_token", true}, {"add_eos_token", false},
+             {"bos_token", sp.bos}, {"eos_token", sp.eos}, {"unk_token", sp.unk}, {"pad_token", sp.pad},
+             {"model_max_length", mc.max_seq_len}, {"clean_up_tokenization_spaces", false},
+             {"legacy", false}, {"sp_model_kwargs", Json::object()}, {"padding_side", "right"}};
+  LM_RETURN_IF_ERROR(write_json(out / "tokenizer_config.json", tc));
+  Json stm = {{"bos_token", sp.bos}, {"eos_token", sp.eos}, {"unk_token", sp.unk}, {"pad_token", sp.pad}};
+  LM_RETURN_IF_ERROR(write_json(out / "special_tokens_map.json", stm));
+  const int64_t step = trainer["step"].get<int64_t>();
+  LM_RETURN_IF_ERROR(write_file_atomic((out / "README.md").string(),
+                                       model_card(opt.run_dir, run_cfg, mc, step, trainer, opt.dtype)));
+  ExportResult r;
+  r.out = out.string();
+  r.checkpoint = ckpt;
+  r.step = step;
+  r.params = params;
+  r.bytes = static_cast<int64_t>(fs::file_size(st, ec));
+  return r;
+}
+
+absl::Status init_from_hf(const std::string& dir, model::Transformer& model) {
+  const fs::path d(dir);
+  const std::string cfg_path = (d / "config.json").string();
+  LM_ASSIGN_OR_RETURN(Json hf, read_json_file(cfg_path));
+  LM_ASSIGN_OR_RETURN(model::ModelConfig got, model_config_from_hf(hf, cfg_path));
+  const model::ModelConfig& want = model->config();
+  std::string diff;
+  auto cmp = [&](const char* field, const char* hf_key, auto a, auto b) {
+    if (a != b) diff += absl::StrCat("\n  model.", field, " is ", b, " here but ", hf_key, " is ", a, " in ", cfg_path);
+  };
+  cmp("vocab_size", "vocab_size", got.vocab_size, want.vocab_size);
+  cmp("d_model", "hidden_size", got.d_model, want.d_model);
+  cmp("n_layers", "num_hidden_layers", got.n_layers, want.n_layers);
+  cmp("n_heads", "num_attention_heads", got.n_heads, want.n_heads);
+  cmp("n_kv_heads", "num_key_value_heads", got.n_kv_heads, want.n_kv_heads);
+  cmp("d_ff", "intermediate_size", got.d_ff, want.d_ff);
+  cmp("max_seq_len", "max_position_embeddings", got.max_seq_len, want.max_seq_len);
+  cmp("rope_theta", "rope_theta", got.rope_theta, want.rope_theta);
+  cmp("norm_eps", "rms_norm_eps", got.norm_eps, want.norm_eps);
+  cmp("tie_embeddings", "tie_word_embeddings", got.tie_embeddings, want.tie_embeddings);
+  if (!diff.empty())
+    return absl::FailedPreconditionError(absl::StrCat(
+        dir, ": --init-from folder describes another model:", diff,
+        "\n  (start with the same preset / --config as the exported run, or pass its config)"));
+  const std::string st = (d / "model.safetensors").string();
+  LM_ASSIGN_OR_RETURN(auto f, model::load_safetensors(st));
+  // HF exports may carry a tied lm_head copy; drop it when the model ties embeddings.
+  if (want.tie_embeddings) {
+    auto& ts = f.tensors;
+    ts.erase(std::remove_if(ts.begin(), ts.end(), [](const auto& p) { return p.first == "lm_head.weight"; }), ts.end());
+  }
+  return model::load_module_state(*model, f, st, /*allow_dtype_cast=*/true);
+}
+
+}  // namespace lm::train

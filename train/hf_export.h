@@ -1,0 +1,58 @@
+// Hugging Face Llama export (`lmtrain export`) and its reverse (`lmtrain fit --init-from`).
+//
+// Folder layout (what transformers' LlamaForCausalLM.from_pretrained and LlamaTokenizer read):
+//   model.safetensors        our registered names are already HF names; tied: no lm_head.weight
+//   config.json              LlamaConfig fields
+//   generation_config.json   bos/eos/pad ids, greedy by default
+//   tokenizer.model          the run's spm.model, byte for byte
+//   tokenizer_config.json, special_tokens_map.json
+//   README.md                model card (data, tokens, losses, eval tables)
+// Rotary: lmforge uses HF's rotate_half layout (first half / second half of each head), so q_proj
+// and k_proj are written unpermuted (docs/export.md; checked numerically by tests/export).
+#pragma once
+
+#include <string>
+
+#include "core/config.h"
+#include "model/config.h"
+#include "model/transformer.h"
+
+namespace lm::train {
+
+struct ExportOptions {
+  std::string run_dir;
+  int64_t step = -1;          // -1: the checkpoint `latest` points to
+  std::string out;
+  std::string dtype = "bf16"; // bf16 | fp32
+};
+
+struct ExportResult {
+  std::string out, checkpoint;
+  int64_t step = 0;
+  int64_t params = 0;
+  int64_t bytes = 0;  // model.safetensors size
+};
+
+// Special token ids and pieces, read from the run's tokenizer/tokenizer.json (defaults: the
+// project's fixed ids unk 0, bos 1, eos 2, pad 3).
+struct SpecialTokens {
+  int64_t unk_id = 0, bos_id = 1, eos_id = 2, pad_id = 3;
+  std::string unk = "<unk>", bos = "<s>", eos = "</s>", pad = "<pad>";
+};
+absl::StatusOr<SpecialTokens> read_special_tokens(const std::string& tokenizer_json);
+
+// LlamaConfig JSON for a model config.
+Json hf_config_json(const model::ModelConfig& cfg, const SpecialTokens& sp, const std::string& dtype);
+// Back from an HF config.json (only the fields lmforge models); errors name the field.
+absl::StatusOr<model::ModelConfig> model_config_from_hf(const Json& hf, const std::string& source);
+
+absl::StatusOr<ExportResult> export_hf(const ExportOptions& opt);
+
+// Loads an exported folder's weights into `model`. The folder's config must describe the same
+// architecture as model->config(); otherwise FailedPrecondition naming each differing field.
+absl::Status init_from_hf(const std::string& dir, model::Transformer& model);
+
+// Reads runs/NAME/metrics.jsonl (a torn last line is ignored).
+absl::StatusOr<std::vector<Json>> read_metrics(const std::string& run_dir);
+
+}  // namespace lm::train
