@@ -3,6 +3,7 @@
 #include <torch/version.h>
 
 #include <cmath>
+#include <limits>
 
 namespace lm::model {
 
@@ -111,6 +112,39 @@ torch::Tensor AttentionImpl::forward(const torch::Tensor& x, const torch::Tensor
   return o_proj(y);
 }
 
+torch::Tensor AttentionImpl::forward_cached(const torch::Tensor& x, const torch::Tensor& cos,
+                                            const torch::Tensor& sin, torch::Tensor* k_cache,
+                                            torch::Tensor* v_cache) {
+  const int64_t B = x.size(0), Tn = x.size(1);
+  // x: [B, Tn, C] -> q: [B, H, Tn, D], k, v: [B, Hkv, Tn, D]
+  auto q = apply_rotary(q_proj(x).view({B, Tn, n_heads_, head_dim_}).transpose(1, 2), cos, sin);
+  auto k = apply_rotary(k_proj(x).view({B, Tn, n_kv_heads_, head_dim_}).transpose(1, 2), cos, sin);
+  auto v = v_proj(x).view({B, Tn, n_kv_heads_, head_dim_}).transpose(1, 2);
+  const int64_t Tp = k_cache->defined() ? k_cache->size(2) : 0;
+  if (Tp > 0) {
+    k = torch::cat({*k_cache, k}, 2);  // [B, Hkv, Tp+Tn, D]
+    v = torch::cat({*v_cache, v}, 2);
+  }
+  *k_cache = k;
+  *v_cache = v;
+  if (n_kv_heads_ != n_heads_) {
+    const int64_t rep = n_heads_ / n_kv_heads_;
+    k = k.repeat_interleave(rep, 1);
+    v = v.repeat_interleave(rep, 1);
+  }
+  // New query i sits at absolute position Tp+i and may see keys 0..Tp+i.
+  const double scale = 1.0 / std::sqrt(static_cast<double>(head_dim_));
+  auto scores = torch::matmul(q, k.transpose(-2, -1)) * scale;  // [B, H, Tn, Tp+Tn]
+  if (Tn > 1) {
+    auto mask = torch::ones({Tn, Tp + Tn}, torch::TensorOptions().dtype(torch::kBool).device(x.device()))
+                    .triu(1 + Tp);
+    scores = scores.masked_fill(mask, -std::numeric_limits<float>::infinity());
+  }
+  auto probs = torch::softmax(scores.to(torch::kFloat32), -1).to(q.scalar_type());
+  auto y = torch::matmul(probs, v).transpose(1, 2).reshape({B, Tn, n_heads_ * head_dim_});
+  return o_proj(y);
+}
+
 MLPImpl::MLPImpl(const ModelConfig& cfg) {
   auto lin = [&](const char* name, int64_t in, int64_t out) {
     return register_module(name, torch::nn::Linear(torch::nn::LinearOptions(in, out).bias(false)));
@@ -135,6 +169,13 @@ BlockImpl::BlockImpl(const ModelConfig& cfg) {
 torch::Tensor BlockImpl::forward(const torch::Tensor& x, const torch::Tensor& cos,
                                  const torch::Tensor& sin) {
   auto h = x + self_attn(input_layernorm(x), cos, sin);
+  return h + mlp(post_attention_layernorm(h));
+}
+
+torch::Tensor BlockImpl::forward_cached(const torch::Tensor& x, const torch::Tensor& cos,
+                                        const torch::Tensor& sin, torch::Tensor* k_cache,
+                                        torch::Tensor* v_cache) {
+  auto h = x + self_attn->forward_cached(input_layernorm(x), cos, sin, k_cache, v_cache);
   return h + mlp(post_attention_layernorm(h));
 }
 
@@ -210,6 +251,26 @@ torch::Tensor TransformerImpl::loss(const torch::Tensor& window) {
   auto logits = forward(inputs);  // [B, T, V]
   return F::cross_entropy(logits.reshape({-1, logits.size(-1)}).to(torch::kFloat32),
                           targets.reshape({-1}));
+}
+
+torch::Tensor TransformerImpl::forward_cached(const torch::Tensor& tokens, KVCache& cache) {
+  TORCH_CHECK(tokens.dim() == 2, "tokens must be [B, T], got ", tokens.sizes());
+  const int64_t Tn = tokens.size(1);
+  TORCH_CHECK(cache.length + Tn <= cfg_.max_seq_len, "cached length ", cache.length, " + ", Tn,
+              " new tokens exceeds max_seq_len ", cfg_.max_seq_len);
+  const size_t L = model->layers->size();
+  if (cache.k.size() != L) {
+    cache.k.assign(L, torch::Tensor());
+    cache.v.assign(L, torch::Tensor());
+    cache.length = 0;
+  }
+  auto [cos, sin] = rotary_tables(Tn, cfg_.head_dim(), cfg_.rope_theta, cache.length, tokens.device());
+  auto x = model->embed_tokens(tokens);  // [B, Tn, C]
+  for (size_t l = 0; l < L; ++l) {
+    x = (*model->layers)[l]->as<BlockImpl>()->forward_cached(x, cos, sin, &cache.k[l], &cache.v[l]);
+  }
+  cache.length += Tn;
+  return head(model->norm(x));
 }
 
 }  // namespace lm::model

@@ -8,6 +8,8 @@
 
 #include <torch/torch.h>
 
+#include <vector>
+
 #include "model/config.h"
 
 namespace lm::model {
@@ -41,11 +43,24 @@ torch::Tensor fused_attention(const torch::Tensor& q, const torch::Tensor& k,
 // True when fused_attention really is a different kernel from the reference.
 bool fused_attention_available();
 
+// Keys and values of the positions already seen, per layer, for incremental decoding.
+// k[l], v[l]: [B, Hkv, length, D] (before the grouped-query expansion). Empty until first use.
+struct KVCache {
+  std::vector<torch::Tensor> k, v;
+  int64_t length = 0;  // positions cached; the next token's rotary position
+  void clear() { k.clear(); v.clear(); length = 0; }
+};
+
 class AttentionImpl : public torch::nn::Module {
  public:
   explicit AttentionImpl(const ModelConfig& cfg);
   // x: [B, T, C] -> [B, T, C]
   torch::Tensor forward(const torch::Tensor& x, const torch::Tensor& cos, const torch::Tensor& sin);
+  // x: [B, Tn, C] new positions; cos/sin for positions [offset, offset+Tn); appends this layer's
+  // k, v to *k_cache, *v_cache ([B, Hkv, Tp, D] -> [B, Hkv, Tp+Tn, D]) and attends over all of them.
+  torch::Tensor forward_cached(const torch::Tensor& x, const torch::Tensor& cos,
+                               const torch::Tensor& sin, torch::Tensor* k_cache,
+                               torch::Tensor* v_cache);
   torch::nn::Linear q_proj{nullptr}, k_proj{nullptr}, v_proj{nullptr}, o_proj{nullptr};
   bool use_fused = true;
   bool debug_break_causality = false;  // for the causality test only: drops the mask
@@ -68,6 +83,9 @@ class BlockImpl : public torch::nn::Module {
  public:
   explicit BlockImpl(const ModelConfig& cfg);
   torch::Tensor forward(const torch::Tensor& x, const torch::Tensor& cos, const torch::Tensor& sin);
+  torch::Tensor forward_cached(const torch::Tensor& x, const torch::Tensor& cos,
+                               const torch::Tensor& sin, torch::Tensor* k_cache,
+                               torch::Tensor* v_cache);
   RMSNorm input_layernorm{nullptr}, post_attention_layernorm{nullptr};
   Attention self_attn{nullptr};
   MLP mlp{nullptr};
@@ -95,6 +113,10 @@ class TransformerImpl : public torch::nn::Module {
   torch::Tensor head(const torch::Tensor& h);
   // window: [B, T+1] -> mean next-token cross entropy over B*T positions (nats).
   torch::Tensor loss(const torch::Tensor& window);
+  // Incremental decoding: tokens [B, Tn] are positions [cache.length, cache.length+Tn); returns
+  // their logits [B, Tn, V] and extends the cache. Equals forward() on the whole sequence
+  // (tests/export: KvCache*). Call under NoGradGuard in eval mode.
+  torch::Tensor forward_cached(const torch::Tensor& tokens, KVCache& cache);
 
   // Re-draws every weight from the documented initialisation with `seed`.
   void init_weights(uint64_t seed);
