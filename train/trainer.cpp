@@ -16,6 +16,7 @@
 #include "train/checkpoint.h"
 #include "train/device.h"
 #include "train/distributed.h"
+#include "train/hf_export.h"
 #include "train/optim.h"
 
 namespace lm::train {
@@ -144,6 +145,7 @@ absl::StatusOr<FitSummary> fit(const FitRequest& req_in, BatchSource& source, co
   torch::manual_seed(tc.seed);
   model::Transformer model(req.model);
   model->init_weights(tc.seed);
+  if (!req.init_from.empty() && !req.resume) LM_RETURN_IF_ERROR(init_from_hf(req.init_from, model));
   model->to(device);
   model->train();
   auto named = model->named_parameters();

@@ -37,6 +37,7 @@ struct FitRequest {
   int world_size = 1;
   int rank = 0;
   Comm* comm = nullptr;  // set for data-parallel runs (train/distributed.h)
+  std::string init_from;  // HF folder from 'lmtrain export': start from its weights (not with resume)
 };
 
 struct FitSummary {
