@@ -10,5 +10,7 @@ int main(int argc, char** argv) {
       "Exit codes: 0 ok, 1 runtime failure, 2 bad usage or input.");
   lm::app::Registry reg;
   lm::app::add_nll(app, reg);
+  lm::app::add_mc(app, reg);
+  lm::app::add_sample(app, reg);
   return lm::app::run_main(app, reg, argc, argv);
 }

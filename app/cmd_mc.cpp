@@ -1,0 +1,37 @@
+// lmeval mc: zero-shot multiple-choice benchmarks with lm-evaluation-harness prompts.
+#include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
+#include "app/commands.h"
+#include "eval/evaluate.h"
+#include "eval/tasks.h"
+
+namespace lm::app {
+
+void add_run_flags(CLI::App* sub, eval::RunOptions& r);  // cmd_nll.cpp
+
+void add_mc(CLI::App& app, Registry& reg) {
+  static eval::McOptions o;
+  static std::string tasks = "hellaswag,piqa,arc_easy,arc_challenge,copa,winogrande,openbookqa";
+  auto* sub = app.add_subcommand("mc", "multiple-choice benchmarks: acc, acc_norm, acc_bytes, model vs twin");
+  add_run_flags(sub, o.run);
+  sub->add_option("--tasks", tasks,
+                  "comma separated: " + absl::StrJoin(eval::task_names(), ",") + ", benqa (= bn + en), all")
+      ->capture_default_str();
+  sub->add_option("--data-dir", o.data_dir, "folder with one sub-folder per task in the original formats (docs/eval.md)")
+      ->required();
+  sub->add_option("--limit", o.limit, "first N examples of each task (0 = all)")->capture_default_str();
+  sub->add_option("--prefix", o.prefix, "token before every context: eos (document start as in the shards), bos, none")
+      ->capture_default_str();
+  sub->add_option("--log-samples", o.log_samples, "per-example JSONL (contexts, continuations, log-probs, predictions)");
+  sub->footer(
+      "Examples:\n"
+      "  lmeval mc --run runs/demo --data-dir ../shared/data/bench --tasks all --twin\n"
+      "  lmeval mc --run runs/demo --data-dir bench/ --tasks copa,benqa --limit 100 --log-samples mc.jsonl");
+  add_global_flags(sub);
+  reg.push_back({sub, [] {
+                   o.tasks = absl::StrSplit(tasks, ',', absl::SkipEmpty());
+                   return eval::run_mc(o).status();
+                 }});
+}
+
+}  // namespace lm::app

@@ -1,0 +1,42 @@
+// lmeval nll: per-token NLL, perplexity, bits per byte / char per language, model vs twin.
+#include "absl/strings/str_split.h"
+#include "app/commands.h"
+#include "eval/evaluate.h"
+
+namespace lm::app {
+
+void add_run_flags(CLI::App* sub, eval::RunOptions& r) {
+  sub->add_option("--run", r.run, "run folder written by 'lmtrain fit'")->required();
+  sub->add_option("--step", r.step, "checkpoint step (default: the one 'latest' names)");
+  sub->add_flag("--twin", r.twin, "also score the random-initialized twin (same config, same seed, untrained)");
+  sub->add_option("--batch-size", r.batch_size, "sequences per forward pass")->capture_default_str();
+  sub->add_option("--device", r.device, "cpu or cuda")->capture_default_str();
+  sub->add_option("--dtype", r.dtype, "fp32 or bf16 (bf16 on cuda only)")->capture_default_str();
+  sub->add_option("--out", r.out, "result JSON (default: RUN/eval/<command>.json)");
+}
+
+void add_nll(CLI::App& app, Registry& reg) {
+  static eval::NllOptions o;
+  static std::string langs;
+  auto* sub = app.add_subcommand("nll", "per-token NLL (nats), perplexity, bits/byte and bits/char vs a random twin");
+  add_run_flags(sub, o.run);
+  sub->add_option("--data", o.data, "shards/ folder from 'lmtrain prepare' (its validation shards are scored)");
+  sub->add_option("--text", o.text, "a UTF-8 text file instead (one document per line, each followed by EOS)");
+  sub->add_option("--lang", langs, "languages, comma separated (default: all with validation shards)");
+  sub->add_option("--seq-len", o.seq_len, "window length in tokens (default: the model's max_seq_len)");
+  sub->add_option("--stride", o.stride, "0 = non-overlapping windows; 0 < S < seq-len: sliding by S tokens")
+      ->capture_default_str();
+  sub->add_option("--max-tokens", o.max_tokens, "score at most N tokens per language (0 = all)")->capture_default_str();
+  sub->add_option("--dump-tokens", o.dump_tokens, "write every window's tokens and per-token NLL to this JSON");
+  sub->footer(
+      "Examples:\n"
+      "  lmeval nll --run runs/demo --data shards/ --lang bn,en --twin\n"
+      "  lmeval nll --run runs/demo --text heldout.txt --stride 64 --seq-len 256");
+  add_global_flags(sub);
+  reg.push_back({sub, [] {
+                   if (!langs.empty()) o.langs = absl::StrSplit(langs, ',', absl::SkipEmpty());
+                   return eval::run_nll(o).status();
+                 }});
+}
+
+}  // namespace lm::app

@@ -1,0 +1,255 @@
+// End to end on a run folder built here: a SentencePiece tokenizer trained on the bundled sample
+// (data/sample), a tiny model trained for a few dozen AdamW steps, validation shards, then
+// lmeval's nll (vs the twin, with the token dump the Python cross-check reads) and mc jobs.
+// The folder stays at LM_BINARY_DIR/eval_test_run for tests/eval/crosscheck_nll.py.
+#include <gtest/gtest.h>
+
+#include <torch/torch.h>
+
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+
+#include "core/config.h"
+#include "core/file.h"
+#include "core/log.h"
+#include "data/corpus.h"
+#include "data/shard.h"
+#include "data/shard_set.h"
+#include "eval/evaluate.h"
+#include "eval/run.h"
+#include "model/safetensors.h"
+#include "tokenizer/train.h"
+
+namespace lm::eval {
+namespace {
+namespace fs = std::filesystem;
+
+#define LM_ASSERT_OK(expr)                          \
+  do {                                              \
+    const auto& lm_st_ = (expr);                    \
+    ASSERT_TRUE(lm_st_.ok()) << lm_st_;             \
+  } while (0)
+
+constexpr uint64_t kSeed = 42;
+constexpr int kSteps = 80;
+
+std::vector<std::string> read_docs(const std::string& file, const std::string& format, size_t n) {
+  std::vector<std::string> docs;
+  auto st = data::for_each_document_in_file(
+      std::string(LM_SOURCE_DIR) + "/data/sample/" + file, format, "text", {},
+      [&](const std::string& d) {
+        docs.push_back(d);
+        return docs.size() >= n ? data::stop_reading() : absl::OkStatus();
+      },
+      nullptr);
+  EXPECT_TRUE(st.ok()) << st;
+  return docs;
+}
+
+// Builds the run folder once for every test in this file.
+class RunFolder : public ::testing::Test {
+ protected:
+  static std::string dir() { return std::string(LM_BINARY_DIR) + "/eval_test_run"; }
+  static std::string run() { return dir() + "/runs/tiny"; }
+  static std::string shards() { return dir() + "/shards"; }
+  static std::string heldout() { return dir() + "/heldout_en.txt"; }
+  static inline bool built = false;
+  static inline std::string error;
+
+  static void SetUpTestSuite() {
+    if (built) return;
+    auto st = build();
+    if (!st.ok()) error = std::string(st.message());
+    built = true;
+  }
+
+  void SetUp() override { ASSERT_TRUE(error.empty()) << error; }
+
+  static absl::Status build() {
+    fs::remove_all(dir());
+    fs::create_directories(run() + "/checkpoints/step-00000080");
+    fs::create_directories(shards());
+    auto bn = read_docs("bn_news.txt.gz", "lines", 260);
+    auto en = read_docs("en_wikipedia.jsonl.gz", "jsonl", 160);
+    if (bn.size() < 260 || en.size() < 160) return absl::NotFoundError("data/sample too small");
+    // Train on the first docs, validate on the last 20 of each language.
+    std::vector<std::string> bn_train(bn.begin(), bn.end() - 20), bn_val(bn.end() - 20, bn.end());
+    std::vector<std::string> en_train(en.begin(), en.end() - 20), en_val(en.end() - 20, en.end());
+
+    tokenizer::TrainingSample sample;
+    sample.langs = {"bn", "en"};
+    for (const auto& d : bn_train) sample.sentences.push_back(d), sample.sentence_lang.push_back(0);
+    for (const auto& d : en_train) sample.sentences.push_back(d), sample.sentence_lang.push_back(1);
+    tokenizer::TrainOptions topt;
+    topt.vocab_size = 512;
+    topt.threads = 2;
+    topt.seed_sentencepiece_size = 20000;
+    tokenizer::SampleSummary summary;
+    // Quiet: SentencePiece's own log lines crash inside its RTLD_DEEPBIND module (docs/eval.md).
+    init_output(true);
+    LM_ASSIGN_OR_RETURN(auto tok, tokenizer::train_tokenizer(sample, topt, run() + "/tokenizer", &summary));
+    init_output(false);
+
+    auto cfg = *model::preset("tiny");
+    cfg.vocab_size = tok.vocab_size();
+    cfg.max_seq_len = 64;
+    Json config = Json{{"model", to_json(cfg)}, {"train", Json{{"seed", kSeed}, {"steps", kSteps}}},
+                       {"written_by", "tests/eval/run_test.cpp"}};
+    LM_RETURN_IF_ERROR(write_json_file(run() + "/config.json", config));
+
+    auto stream_of = [&](const std::vector<std::string>& docs) {
+      std::vector<int32_t> s;
+      for (const auto& d : docs) {
+        auto ids = tok.encode(d);
+        s.insert(s.end(), ids.begin(), ids.end());
+        s.push_back(tok.eos_id());
+      }
+      return s;
+    };
+    std::vector<int32_t> train = stream_of(bn_train), en_ids = stream_of(en_train);
+    train.insert(train.end(), en_ids.begin(), en_ids.end());
+
+    // A few dozen AdamW steps: enough to take the NLL well below the twin's ~ln(512).
+    torch::manual_seed(kSeed);
+    model::Transformer m(cfg);
+    m->init_weights(kSeed);
+    torch::optim::AdamW opt(m->parameters(), torch::optim::AdamWOptions(3e-3).weight_decay(0.0));
+    auto gen = at::detail::createCPUGenerator(kSeed);
+    const int64_t B = 16, T = cfg.max_seq_len;
+    auto all = torch::tensor(std::vector<int64_t>(train.begin(), train.end()), torch::kInt64);
+    for (int step = 0; step < kSteps; ++step) {
+      auto starts = torch::randint(all.size(0) - T - 1, {B}, gen, torch::kInt64);
+      std::vector<torch::Tensor> rows;
+      for (int b = 0; b < B; ++b) rows.push_back(all.narrow(0, starts[b].item<int64_t>(), T + 1));
+      auto loss = m->loss(torch::stack(rows));
+      opt.zero_grad();
+      loss.backward();
+      opt.step();
+    }
+    LM_RETURN_IF_ERROR(model::save_safetensors(run() + "/checkpoints/step-00000080/model.safetensors",
+                                               model::module_state(*m)));
+    LM_RETURN_IF_ERROR(write_file_atomic(run() + "/latest", "step-00000080\n"));
+
+    // Validation shards in the data pipeline's format.
+    data::ShardManifest man;
+    man.tokenizer_hash = tok.hash();
+    man.vocab_size = tok.vocab_size();
+    man.eos_id = tok.eos_id();
+    man.bos_id = tok.bos_id();
+    for (const auto& [lang, docs] : {std::pair{"bn", bn_val}, std::pair{"en", en_val}}) {
+      std::vector<int32_t> ids;
+      std::vector<uint64_t> offs = {0};
+      for (const auto& d : docs) {
+        auto x = tok.encode(d);
+        ids.insert(ids.end(), x.begin(), x.end());
+        ids.push_back(tok.eos_id());
+        offs.push_back(ids.size());
+      }
+      const std::string name = std::string(lang) + ".val.00000.lmtok";
+      LM_RETURN_IF_ERROR(data::write_shard(shards() + "/" + name, ids, offs, tok.vocab_size(), tok.hash()));
+      man.shards.push_back({name, lang, "val", ids.size(), docs.size()});
+    }
+    LM_RETURN_IF_ERROR(data::write_manifest(shards(), man));
+    std::string text;
+    for (const auto& d : en_val) text += d + "\n";
+    return write_file_atomic(heldout(), text);
+  }
+};
+
+TEST_F(RunFolder, LoadsLatestAndNamedStep) {
+  auto r = load_run(run());
+  LM_ASSERT_OK(r.status());
+  EXPECT_EQ(r->step, 80);
+  EXPECT_EQ(r->seed, kSeed);
+  EXPECT_FALSE(r->model->is_training());
+  EXPECT_EQ(r->tokenizer.vocab_size(), r->config.vocab_size);
+  auto missing = load_run(run(), 5);
+  ASSERT_FALSE(missing.ok());
+  EXPECT_EQ(missing.status().code(), absl::StatusCode::kNotFound);
+  EXPECT_NE(std::string(missing.status().message()).find("not found, expected " + run() + "/checkpoints/step-00000005"),
+            std::string::npos)
+      << missing.status();
+  EXPECT_EQ(load_run(dir() + "/nope").status().code(), absl::StatusCode::kNotFound);
+}
+
+// The trained model is far below its twin (the twin starts at about ln(512) = 6.24 nats).
+TEST_F(RunFolder, NllTrainedWellBelowTwin) {
+  NllOptions o;
+  o.run.run = run();
+  o.run.twin = true;
+  o.run.print = false;
+  o.data = shards();
+  o.dump_tokens = dir() + "/nll_dump.json";
+  auto j = run_nll(o);
+  LM_ASSERT_OK(j.status());
+  for (const char* lang : {"bn", "en"}) {
+    const Json& l = (*j)["languages"][lang];
+    const double model = l["model"]["nats_per_token"], twin = l["twin"]["nats_per_token"];
+    EXPECT_GT(twin, 5.7) << lang;
+    EXPECT_LT(twin, 6.8) << lang;
+    EXPECT_GT(twin - model, 1.0) << lang << " model " << model << " twin " << twin;
+    EXPECT_GT(l["model"]["bytes"].get<int64_t>(), l["model"]["tokens"].get<int64_t>()) << lang;
+    EXPECT_GT(l["model"]["bits_per_byte"].get<double>(), 0.0);
+  }
+  // Bengali text is ~3 UTF-8 bytes per character; English ~1.
+  const Json& bn = (*j)["languages"]["bn"]["model"];
+  EXPECT_GT(bn["bytes"].get<double>() / bn["chars"].get<double>(), 2.0);
+  EXPECT_TRUE(fs::exists(run() + "/eval/nll.json"));
+  auto dump = read_json_file(o.dump_tokens);
+  LM_ASSERT_OK(dump.status());
+  const Json& w0 = (*dump)["languages"]["bn"][0];
+  EXPECT_EQ(w0["tokens"].size() - w0["first_target"].get<size_t>(), w0["nll"].size());
+}
+
+// --text and a sliding window: each token gets more context, so NLL does not go up (much).
+TEST_F(RunFolder, NllTextSlidingWindow) {
+  NllOptions o;
+  o.run.run = run();
+  o.run.print = false;
+  o.run.out = dir() + "/nll_text.json";
+  o.text = heldout();
+  auto flat = run_nll(o);
+  LM_ASSERT_OK(flat.status());
+  o.stride = 16;
+  auto slide = run_nll(o);
+  LM_ASSERT_OK(slide.status());
+  const Json& a = (*flat)["languages"]["text"]["model"];
+  const Json& b = (*slide)["languages"]["text"]["model"];
+  EXPECT_EQ(a["tokens"], b["tokens"]);  // same tokens scored once each
+  EXPECT_LT(b["nats_per_token"].get<double>(), a["nats_per_token"].get<double>() + 0.02);
+  o.data = shards();
+  EXPECT_EQ(run_nll(o).status().code(), absl::StatusCode::kInvalidArgument);  // both --data and --text
+}
+
+TEST_F(RunFolder, McOnSampleBenchWithTwin) {
+  const std::string bench = std::string(LM_SOURCE_DIR) + "/../shared/data/sample/bench";
+  if (!fs::exists(bench)) GTEST_SKIP() << bench << " absent";
+  McOptions o;
+  o.run.run = run();
+  o.run.twin = true;
+  o.run.print = false;
+  o.data_dir = bench;
+  o.tasks = {"piqa", "copa", "winogrande", "benqa"};
+  o.limit = 6;
+  o.log_samples = dir() + "/mc_samples.jsonl";
+  auto j = run_mc(o);
+  LM_ASSERT_OK(j.status());
+  EXPECT_TRUE((*j)["missing"].contains("copa"));  // not in the sample: skipped with "not found, expected"
+  for (const char* t : {"piqa", "winogrande", "benqa_bn", "benqa_en"}) {
+    const Json& tj = (*j)["tasks"][t];
+    EXPECT_EQ(tj["n"], 6) << t;
+    EXPECT_GE(tj["acc"].get<double>(), 0.0);
+    EXPECT_TRUE(tj.contains("paired_acc")) << t;
+    EXPECT_TRUE(tj["twin"].contains("acc_norm")) << t;
+  }
+  EXPECT_DOUBLE_EQ((*j)["tasks"]["piqa"]["chance"].get<double>(), 0.5);
+  std::ifstream in(o.log_samples);
+  int lines = 0;
+  for (std::string l; std::getline(in, l);) ++lines;
+  EXPECT_EQ(lines, 4 * 6);
+  EXPECT_TRUE(fs::exists(run() + "/eval/mc.json"));
+}
+
+}  // namespace
+}  // namespace lm::eval
