@@ -41,7 +41,8 @@ std::string format_count(double v) {
   if (v >= 1e9) return absl::StrFormat("%.2fB", v / 1e9);
   if (v >= 1e6) return absl::StrFormat("%.2fM", v / 1e6);
   if (v >= 1e3) return absl::StrFormat("%.1fk", v / 1e3);
-  return absl::StrFormat("%.0f", v);
+  if (v >= 10 || v == 0) return absl::StrFormat("%.0f", v);
+  return absl::StrFormat("%.2f", v);  // slow rates (0.25 steps/s) must not print as 0
 }
 
 Progress::Progress(std::string label, double total, std::string unit)

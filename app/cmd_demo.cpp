@@ -1,0 +1,172 @@
+// lmtrain demo: the whole chain on the sample corpus bundled in the repository. Each stage runs
+// as the same subcommand a user would type (so the demo exercises the real command lines), and
+// the summary is read back from the artefacts they wrote.
+#include <signal.h>
+#include <spawn.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <filesystem>
+
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+#include "app/commands.h"
+#include "core/config.h"
+#include "core/file.h"
+#include "core/log.h"
+
+extern char** environ;
+
+namespace lm::app {
+namespace fs = std::filesystem;
+namespace {
+
+struct DemoOptions {
+  std::string out = "demo-out";
+  std::string corpus;  // default: the bundled data/sample/corpus.json
+  std::string preset = "small";
+  int64_t vocab = 8000;
+  int64_t steps = 240;
+  int64_t micro_batch = 16;
+  int64_t seq_len = 256;
+  double lr = 2e-3;
+  std::string dtype = "bf16";
+};
+
+std::string self_exe() { return fs::read_symlink("/proc/self/exe").string(); }
+
+std::string find_corpus() {
+  std::vector<fs::path> candidates;
+  if (const char* env = std::getenv("LM_SAMPLE_DIR")) candidates.emplace_back(fs::path(env) / "corpus.json");
+  const fs::path exe_dir = fs::path(self_exe()).parent_path();
+  candidates.push_back(exe_dir / "../../data/sample/corpus.json");  // build/app/lmtrain in a checkout
+  candidates.push_back(exe_dir / "../share/lmforge/sample/corpus.json");  // installed (Docker)
+  candidates.push_back(fs::current_path() / "data/sample/corpus.json");
+  for (const auto& c : candidates) {
+    if (fs::exists(c)) return fs::weakly_canonical(c).string();
+  }
+  return "";
+}
+
+// Runs a program to completion with the same stdout/stderr; returns its exit code.
+absl::Status run_stage(const std::string& name, std::vector<std::string> argv) {
+  std::printf("\n== %s: %s\n", name.c_str(), absl::StrJoin(argv, " ").c_str());
+  std::fflush(stdout);
+  std::vector<char*> cargs;
+  for (auto& a : argv) cargs.push_back(a.data());
+  cargs.push_back(nullptr);
+  pid_t pid;
+  if (posix_spawn(&pid, cargs[0], nullptr, nullptr, cargs.data(), environ) != 0)
+    return absl::InternalError("cannot start " + argv[0]);
+  int status = 0;
+  while (waitpid(pid, &status, 0) < 0) {
+    if (errno != EINTR) return absl::InternalError("waitpid failed");
+  }
+  const int code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+  if (code != 0) {
+    return absl::Status(code == 2 ? absl::StatusCode::kInvalidArgument : absl::StatusCode::kInternal,
+                        absl::StrFormat("demo stage '%s' failed with exit code %d (see its output above)", name, code));
+  }
+  return absl::OkStatus();
+}
+
+Json read_or_empty(const fs::path& p) {
+  auto j = read_json_file(p.string());
+  return j.ok() ? *j : Json::object();
+}
+
+}  // namespace
+
+absl::Status run_demo(const DemoOptions& o) {
+  const auto t0 = std::chrono::steady_clock::now();
+  const std::string corpus = o.corpus.empty() ? find_corpus() : o.corpus;
+  if (corpus.empty() || !fs::exists(corpus)) {
+    return absl::NotFoundError("the bundled sample corpus was not found (expected data/sample/corpus.json in the "
+                               "repository; pass --corpus PATH or set LM_SAMPLE_DIR)");
+  }
+  const fs::path out(o.out);
+  const fs::path marker = out / ".lmforge-demo";
+  if (fs::exists(out) && !fs::is_empty(out) && !fs::exists(marker)) {
+    return absl::AlreadyExistsError(o.out + ": exists and was not made by 'lmtrain demo'; pick another --out");
+  }
+  std::error_code ec;
+  for (const char* sub : {"tok", "shards", "runs"}) fs::remove_all(out / sub, ec);  // a fresh demo each time
+  fs::create_directories(out, ec);
+  LM_RETURN_IF_ERROR(write_file_atomic(marker.string(), "made by lmtrain demo\n"));
+
+  const std::string lmtrain = self_exe();
+  const std::string lmeval = (fs::path(lmtrain).parent_path() / "lmeval").string();
+  const std::string tok = (out / "tok").string(), shards = (out / "shards").string(),
+                    run = (out / "runs" / o.preset).string();
+  const std::string threads = std::to_string(global_options().threads);
+  std::printf("lmforge demo: corpus %s -> %s\n", corpus.c_str(), o.out.c_str());
+  LM_RETURN_IF_ERROR(run_stage("1/4 tokenizer", {lmtrain, "tokenizer", "--corpus", corpus, "--vocab-size",
+                                                 std::to_string(o.vocab), "--out", tok, "--threads", threads}));
+  LM_RETURN_IF_ERROR(run_stage("2/4 shards", {lmtrain, "prepare", "--corpus", corpus, "--tokenizer", tok, "--out",
+                                              shards, "--val-fraction", "0.03", "--threads", threads}));
+  LM_RETURN_IF_ERROR(run_stage("3/4 train", {lmtrain, "fit", "--data", shards, "--preset", o.preset, "--out", run,
+                                             "--steps", std::to_string(o.steps), "--micro-batch",
+                                             std::to_string(o.micro_batch), "--seq-len", std::to_string(o.seq_len),
+                                             "--lr", absl::StrFormat("%g", o.lr), "--dtype", o.dtype,
+                                             "--threads", threads}));
+  const bool have_eval = fs::exists(lmeval);
+  if (have_eval) {
+    LM_RETURN_IF_ERROR(run_stage("4/4 eval", {lmeval, "nll", "--run", run, "--data", shards, "--twin", "--threads", threads}));
+  }
+  if (fs::exists(fs::path(lmtrain).parent_path() / "lmtrain")) {
+    // The report is best effort: the run is already complete and evaluated.
+    (void)run_stage("report", {lmtrain, "report", "--run", run});
+  }
+
+  // Summary from the artefacts.
+  const double minutes = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() / 60.0;
+  std::string s = "# lmforge demo summary\n\n";
+  s += absl::StrFormat("Corpus: `%s`; whole demo %.1f minutes on %s threads.\n\n", corpus, minutes,
+                       threads == "0" ? "all" : threads);
+  const Json fert = read_or_empty(out / "tok" / "fertility.json");
+  if (fert.is_object() && fert.contains("languages")) s += "Tokenizer (held-out text): `" + (out / "tok").string() + "`\n\n" +
+      "```\n" + fert["languages"].dump(1) + "\n```\n\n";
+  std::string metrics_last;
+  if (auto m = read_file((fs::path(run) / "metrics.jsonl").string()); m.ok()) {
+    auto pos = m->find_last_of('\n', m->size() >= 2 ? m->size() - 2 : 0);
+    metrics_last = m->substr(pos == std::string::npos ? 0 : pos + 1);
+  }
+  if (!metrics_last.empty()) {
+    Json last = Json::parse(metrics_last, nullptr, false);
+    if (!last.is_discarded()) {
+      s += absl::StrFormat("Training: %d steps, %s tokens, final train loss %.4f nats/token, %.0f tok/s, MFU %.1f%%\n\n",
+                           last.value("step", 0), format_count(last.value("tokens", 0.0)), last.value("loss", 0.0),
+                           last.value("tokens_per_s", 0.0), 100 * last.value("mfu", 0.0));
+    }
+  }
+  const Json nll = read_or_empty(fs::path(run) / "eval" / "nll.json");
+  if (nll.is_object() && !nll.empty()) s += "Evaluation (`" + (fs::path(run) / "eval" / "nll.json").string() + "`):\n\n```\n" + nll.dump(1) + "\n```\n";
+  LM_RETURN_IF_ERROR(write_file_atomic((out / "summary.md").string(), s));
+  std::printf("\n== demo finished in %.1f minutes\n  tokenizer: %s\n  shards:    %s\n  run:       %s\n  summary:   %s\n",
+              minutes, tok.c_str(), shards.c_str(), run.c_str(), (out / "summary.md").string().c_str());
+  return absl::OkStatus();
+}
+
+void add_demo(CLI::App& app, Registry& reg) {
+  static DemoOptions o;
+  auto* sub = app.add_subcommand("demo", "the whole chain on the bundled sample corpus (about 10 minutes on 2 cores)");
+  sub->add_option("--out", o.out, "output folder (re-created on each run)")->capture_default_str();
+  sub->add_option("--corpus", o.corpus, "corpus manifest (default: the bundled data/sample/corpus.json)");
+  sub->add_option("--preset", o.preset, "model preset")->capture_default_str();
+  sub->add_option("--vocab-size", o.vocab, "tokenizer vocabulary")->capture_default_str();
+  sub->add_option("--steps", o.steps, "training steps")->capture_default_str();
+  sub->add_option("--micro-batch", o.micro_batch, "sequences per step")->capture_default_str();
+  sub->add_option("--seq-len", o.seq_len, "sequence length")->capture_default_str();
+  sub->add_option("--lr", o.lr, "peak learning rate")->capture_default_str();
+  sub->add_option("--dtype", o.dtype, "fp32 or bf16")->capture_default_str();
+  sub->footer(
+      "Examples:\n"
+      "  lmtrain demo\n"
+      "  lmtrain demo --out /tmp/demo --steps 60        # a quicker look");
+  add_global_flags(sub);
+  reg.push_back({sub, [] { return run_demo(o); }});
+}
+
+}  // namespace lm::app

@@ -1,0 +1,176 @@
+// lmtrain fit: pretrain on prepared shards. Precedence: preset < --config file < flags.
+#include <filesystem>
+#include <optional>
+
+#include "app/commands.h"
+#include "core/config.h"
+#include "core/log.h"
+#include "core/runtime.h"
+#include "data/sampler.h"
+#include "tokenizer/tokenizer.h"
+#include "train/data_source.h"
+#include "train/distributed.h"
+#include "train/trainer.h"
+
+namespace lm::app {
+namespace fs = std::filesystem;
+namespace {
+
+struct FitOptions {
+  std::string data, preset = "small", out, config, tokenizer;
+  std::string init_from;      // exported HF folder whose weights start the run
+  bool resume = false, force = false;
+  int nproc = 0;              // >1: start that many local ranks (no launcher needed)
+  int dist_timeout_s = 300;   // collective timeout: a dead rank fails the others loudly
+  // Flag overrides (unset = keep the config's value).
+  std::optional<double> tokens, lr;
+  std::optional<int64_t> steps, micro_batch, seq_len, grad_accum, batch_tokens, stop_at_step;
+  std::optional<std::string> dtype, device;
+};
+
+// The --config file: {"model": {...}, "train": {...}}, both optional, strict.
+struct RunFile {
+  model::ModelConfig model;
+  train::TrainConfig train;
+  template <class V>
+  void visit(V& v) {
+    v("model", model);
+    v("train", train);
+  }
+};
+
+absl::Status copy_tokenizer(const std::string& from, const std::string& run_dir) {
+  const fs::path dst = fs::path(run_dir) / "tokenizer";
+  std::error_code ec;
+  fs::create_directories(dst, ec);
+  for (const char* f : {"spm.model", "tokenizer.json"}) {
+    LM_ASSIGN_OR_RETURN(std::string bytes, read_file((fs::path(from) / f).string()));
+    LM_RETURN_IF_ERROR(write_file_atomic((dst / f).string(), bytes));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::Status run_fit(const FitOptions& o) {
+  if (o.data.empty() || o.out.empty()) return absl::InvalidArgumentError("fit needs --data and --out");
+  LM_ASSIGN_OR_RETURN(train::DistEnv env, train::dist_env_from_environment());
+  std::unique_ptr<train::Comm> comm;
+  if (env.active()) {
+    LM_ASSIGN_OR_RETURN(comm, train::Comm::connect(env, torch::kCPU, std::chrono::seconds(o.dist_timeout_s)));
+    // Only rank 0 talks to people.
+    if (env.rank != 0) init_output(/*quiet=*/true);
+  }
+  RunFile rf;
+  LM_ASSIGN_OR_RETURN(rf.model, model::preset(o.preset));
+  if (!o.config.empty()) LM_RETURN_IF_ERROR(load_config_file(o.config, rf));
+  auto& tc = rf.train;
+  if (o.tokens) tc.tokens = static_cast<int64_t>(*o.tokens);
+  if (o.steps) { tc.steps = *o.steps; tc.tokens = 0; }
+  if (o.lr) tc.lr = *o.lr;
+  if (o.micro_batch) tc.micro_batch = *o.micro_batch;
+  if (o.seq_len) tc.seq_len = *o.seq_len;
+  if (o.grad_accum) tc.grad_accum = *o.grad_accum;
+  if (o.batch_tokens) tc.batch_tokens = *o.batch_tokens;
+  if (o.stop_at_step) tc.stop_at_step = *o.stop_at_step;
+  if (o.dtype) tc.dtype = *o.dtype;
+  if (o.device) tc.device = *o.device;
+  if (global_options().threads > 0) tc.threads = global_options().threads;
+
+  LM_ASSIGN_OR_RETURN(data::ShardSet set, data::ShardSet::open(o.data));
+  // The tokenizer the shards were made with: --tokenizer, else the one recorded by prepare,
+  // else the copy inside the run folder (resume).
+  std::string tok_dir = o.tokenizer;
+  if (tok_dir.empty() && o.resume) tok_dir = (fs::path(o.out) / "tokenizer").string();
+  if (tok_dir.empty()) tok_dir = set.manifest().tokenizer_dir;
+  LM_ASSIGN_OR_RETURN(tokenizer::Tokenizer tok, tokenizer::Tokenizer::load(tok_dir));
+  LM_RETURN_IF_ERROR(set.check_tokenizer(tok.hash(), tok.vocab_size()));
+  rf.model.vocab_size = tok.vocab_size();
+
+  train::FitRequest req;
+  req.run_dir = o.out;
+  req.resume = o.resume;
+  req.init_from = o.init_from;
+  req.force = o.force;
+  req.model = rf.model;
+  req.train = tc;
+  req.tokenizer_hash = tok.hash();
+  req.world_size = env.world;
+  req.rank = env.rank;
+  req.comm = comm.get();
+  req.data_info = {{"shards", fs::absolute(o.data).string()}, {"tokenizer", fs::absolute(tok_dir).string()}};
+  LM_RETURN_IF_ERROR(model::validate(req.model));
+  LM_RETURN_IF_ERROR(train::resolve(req.train, req.model, req.world_size));
+
+  data::SamplerConfig sc;
+  sc.batch = req.train.micro_batch;
+  sc.seq_len = req.train.seq_len;
+  sc.seed = req.train.seed;
+  sc.rank = env.rank;
+  sc.world = env.world;
+  LM_ASSIGN_OR_RETURN(data::BatchSampler sampler, data::BatchSampler::create(set, sc));
+  train::SamplerSource source(std::move(sampler));
+  LM_ASSIGN_OR_RETURN(train::ValSets val, train::load_validation(set, req.train.seq_len, req.train.eval_windows));
+
+  if (!o.resume && fs::exists(fs::path(o.out) / "config.json") && !o.force) {
+    return absl::AlreadyExistsError(o.out + ": a run already exists here (continue it with --resume, or pass --force to start over)");
+  }
+  if (!o.resume && env.rank == 0) {
+    std::error_code ec;
+    fs::create_directories(o.out, ec);
+    LM_RETURN_IF_ERROR(copy_tokenizer(tok_dir, o.out));
+  }
+  install_stop_handlers();
+  LM_ASSIGN_OR_RETURN(train::FitSummary sum, train::fit(req, source, val));
+  std::printf("%s\n", sum.summary().c_str());
+  if (sum.stop_signal != 0) global_options().exit_code = 128 + sum.stop_signal;
+  return absl::OkStatus();
+}
+
+void add_fit(CLI::App& app, Registry& reg) {
+  static FitOptions o;
+  auto* sub = app.add_subcommand("fit", "pretrain a model on prepared token shards");
+  sub->add_option("--data", o.data, "shards folder written by 'lmtrain prepare'")->required();
+  sub->add_option("--out", o.out, "run folder (config.json, metrics.jsonl, checkpoints/)")->required();
+  sub->add_option("--preset", o.preset, "model preset: tiny, small, 124m, 400m, 1b")->capture_default_str();
+  sub->add_option("--config", o.config, "JSON file {\"model\": {...}, \"train\": {...}} over the preset");
+  sub->add_option("--tokenizer", o.tokenizer, "tokenizer folder (default: the one recorded by prepare)");
+  sub->add_option("--init-from", o.init_from, "start from the weights of a folder written by 'lmtrain export' (same architecture)");
+  sub->add_flag("--resume", o.resume, "continue from the run folder's latest checkpoint");
+  sub->add_flag("--force", o.force, "start over in an existing run folder (deletes its checkpoints)");
+  sub->add_option("--tokens", o.tokens, "token budget (e.g. 2e9); wins over steps");
+  sub->add_option("--steps", o.steps, "optimizer steps");
+  sub->add_option("--lr", o.lr, "peak learning rate");
+  sub->add_option("--micro-batch", o.micro_batch, "sequences per micro-batch");
+  sub->add_option("--seq-len", o.seq_len, "sequence length");
+  sub->add_option("--grad-accum", o.grad_accum, "micro-batches per optimizer step");
+  sub->add_option("--batch-tokens", o.batch_tokens, "global batch in tokens (derives --grad-accum)");
+  sub->add_option("--stop-at-step", o.stop_at_step, "checkpoint and stop at this step (schedule unchanged)");
+  sub->add_option("--dtype", o.dtype, "fp32 or bf16");
+  sub->add_option("--nproc", o.nproc, "data-parallel ranks on this machine (or launch with torchrun/srun)");
+  sub->add_option("--dist-timeout", o.dist_timeout_s, "seconds before a collective gives up")->capture_default_str();
+  sub->add_option("--device", o.device, "cpu or cuda");
+  sub->footer(
+      "Examples:\n"
+      "  lmtrain fit --data shards/ --preset small --out runs/small --steps 600\n"
+      "  lmtrain fit --data shards/ --preset 400m --out runs/400m --tokens 2e9 --device cuda --dtype bf16\n"
+      "  lmtrain fit --data shards/ --out runs/small --resume      # after a kill or preemption\n"
+      "  lmtrain fit --data shards/ --preset tiny --out runs/dp --nproc 2   # 2 ranks, Gloo\n"
+      "  torchrun --no-python --nproc-per-node 8 lmtrain fit --data shards/ --preset 400m --out runs/400m\n"
+      "Signals: SIGINT/SIGTERM finish the step, checkpoint and exit 130/143.");
+  add_global_flags(sub);
+  reg.push_back({sub, [] { return run_fit(o); }});
+}
+
+int maybe_launch_fit(int argc, char** argv) {
+  // `lmtrain fit ... --nproc N`: this process becomes the launcher of N ranks.
+  int nproc = 0;
+  for (int i = 1; i + 1 < argc; ++i) {
+    if (std::string(argv[i]) == "--nproc") nproc = std::atoi(argv[i + 1]);
+  }
+  if (nproc <= 1 || std::getenv("WORLD_SIZE") != nullptr) return -1;
+  const char* port = std::getenv("MASTER_PORT");
+  return train::launch_local_ranks(nproc, argc, argv, port ? std::atoi(port) : 29500);
+}
+
+}  // namespace lm::app
