@@ -38,6 +38,7 @@ void add_tokenizer(CLI::App& app, Registry& reg);
 void add_prepare(CLI::App& app, Registry& reg);
 void add_fit(CLI::App& app, Registry& reg);
 void add_demo(CLI::App& app, Registry& reg);
+void add_plan(CLI::App& app, Registry& reg);
 
 // lmeval
 void add_nll(CLI::App& app, Registry& reg);

@@ -1,15 +1,25 @@
 // Training-step throughput of lmtrain fit's loop on synthetic tokens (no data pipeline), for a
 // preset, batch, sequence length and dtype: prints one JSON line with tokens/s and MFU.
 // bench/run.sh runs it alternately with the Python PyTorch peer (bench/peer_pytorch.py).
+//
+// Modes: train (lm::train::fit, the real loop: forward, backward, clip, AdamW), forward (the
+// model's loss under NoGrad, as evaluation runs it), peak (the CPU matmul ceiling, fp32 and bf16),
+// config (preset shapes and counts, for check_peer_presets.sh).
 #include <CLI/CLI.hpp>
+#include <sys/resource.h>
+#include <unistd.h>
 
+#include <chrono>
 #include <cstdio>
 #include <filesystem>
+#include <fstream>
 #include <random>
 
+#include "core/config.h"
 #include "core/log.h"
 #include "core/runtime.h"
 #include "model/config.h"
+#include "model/transformer.h"
 #include "train/device.h"
 #include "train/trainer.h"
 
@@ -29,43 +39,117 @@ class RandomSource : public lm::train::BatchSource {
   int32_t vocab_;
   std::mt19937_64 rng_{42};
 };
+
+double peak_rss_mb() {
+  rusage ru{};
+  getrusage(RUSAGE_SELF, &ru);
+  return static_cast<double>(ru.ru_maxrss) / 1024.0;  // Linux: KiB
+}
+
+// Steady-state rate from metrics.jsonl: first log point (warm-up excluded) to the last one,
+// the same definition the peer uses. The final checkpoint write is after the last log point.
+double steady_rate(const std::string& metrics_path) {
+  std::ifstream in(metrics_path);
+  std::string line;
+  std::vector<std::pair<double, double>> marks;  // tokens, elapsed_s
+  while (std::getline(in, line)) {
+    if (line.empty()) continue;
+    auto j = lm::Json::parse(line);
+    marks.emplace_back(j["tokens"].get<double>(), j["elapsed_s"].get<double>());
+  }
+  if (marks.size() < 2) return marks.empty() ? 0 : marks.back().first / marks.back().second;
+  return (marks.back().first - marks.front().first) / (marks.back().second - marks.front().second);
+}
 }  // namespace
 
 int main(int argc, char** argv) {
   CLI::App app{"train-step throughput on synthetic tokens"};
-  std::string preset = "small", dtype = "fp32", device = "cpu";
-  int64_t batch = 8, seq = 256, steps = 20, vocab = 0;
+  std::string preset = "small", dtype = "fp32", device = "cpu", mode = "train";
+  int64_t batch = 8, seq = 256, steps = 20, vocab = 0, n_layers = 0, n_heads = 0, peak_n = 2048;
   int threads = 0;
+  app.add_option("--mode", mode, "train | forward | peak | config");
   app.add_option("--preset", preset);
   app.add_option("--batch", batch);
   app.add_option("--seq", seq);
   app.add_option("--steps", steps);
   app.add_option("--vocab", vocab);
+  app.add_option("--n-layers", n_layers, "override the preset's layer count");
+  app.add_option("--n-heads", n_heads, "override the preset's heads (and kv heads)");
   app.add_option("--dtype", dtype);
   app.add_option("--device", device);
   app.add_option("--threads", threads);
+  app.add_option("--peak-n", peak_n, "matmul size of --mode peak");
   CLI11_PARSE(app, argc, argv);
   lm::init_output(true);
-  lm::setup_threads(threads);
-  lm::train::FitRequest req;
+  const int nthreads = lm::setup_threads(threads);
+  if (mode == "peak") {
+    const double f32 = lm::train::measure_matmul_flops(torch::kFloat32, peak_n, 1.5);
+    const double b16 = lm::train::measure_matmul_flops(torch::kBFloat16, peak_n, 1.5);
+    std::printf("{\"impl\": \"lmforge\", \"mode\": \"peak\", \"n\": %ld, \"threads\": %d, "
+                "\"fp32_flops\": %.4g, \"bf16_flops\": %.4g}\n", peak_n, nthreads, f32, b16);
+    return 0;
+  }
   auto cfg = lm::model::preset(preset);
   if (!cfg.ok()) return 2;
-  req.model = *cfg;
-  if (vocab > 0) req.model.vocab_size = vocab;
-  req.model.max_seq_len = std::max(req.model.max_seq_len, seq);
-  req.run_dir = (std::filesystem::temp_directory_path() / ("lm_bench_" + std::to_string(getpid()))).string();
-  req.force = true;
-  auto& t = req.train;
-  t.steps = steps; t.micro_batch = batch; t.seq_len = seq; t.dtype = dtype; t.device = device;
-  t.log_interval = std::max<int64_t>(1, steps / 4); t.eval_interval = 0; t.checkpoint_interval = 0;
-  t.verify_at_start = false; t.warmup_steps = 2;
-  RandomSource src(batch * (seq + 1), static_cast<int32_t>(req.model.vocab_size));
-  auto sum = lm::train::fit(req, src, {});
-  std::filesystem::remove_all(req.run_dir);
-  if (!sum.ok()) { std::fprintf(stderr, "error: %s\n", std::string(sum.status().message()).c_str()); return 1; }
-  std::printf("{\"impl\": \"lmforge\", \"preset\": \"%s\", \"dtype\": \"%s\", \"batch\": %ld, \"seq\": %ld, "
-              "\"steps\": %ld, \"tokens_per_s\": %.1f, \"mfu\": %.4f, \"peak\": \"%s\", \"final_loss\": %.4f}\n",
-              preset.c_str(), dtype.c_str(), batch, seq, steps, sum->tokens_per_s, sum->mfu,
-              sum->peak_source.c_str(), sum->final_loss);
+  lm::model::ModelConfig mc = *cfg;
+  if (vocab > 0) mc.vocab_size = vocab;
+  if (n_layers > 0) mc.n_layers = n_layers;
+  if (n_heads > 0) mc.n_heads = mc.n_kv_heads = n_heads;
+  mc.max_seq_len = std::max(mc.max_seq_len, seq);
+  const double fpt = lm::model::train_flops_per_token(mc, seq);
+  const int64_t params = lm::model::param_count(mc);
+  if (mode == "config") {
+    lm::Json j = lm::to_json(mc);
+    j["params"] = params;
+    j["flops_per_token"] = fpt;
+    std::printf("%s\n", j.dump().c_str());
+    return 0;
+  }
+  double rate = 0, final_loss = 0, first_loss = 0;
+  if (mode == "forward") {
+    torch::manual_seed(1234);
+    lm::model::Transformer model(mc);
+    model->eval();
+    torch::NoGradGuard no_grad;
+    RandomSource src(batch * (seq + 1), static_cast<int32_t>(mc.vocab_size));
+    std::vector<int32_t> flat;
+    const int64_t every = std::max<int64_t>(1, steps / 4);
+    std::vector<std::pair<double, double>> marks;
+    const auto t0 = std::chrono::steady_clock::now();
+    for (int64_t s = 0; s < steps; ++s) {
+      src.next(&flat);
+      auto w = torch::from_blob(flat.data(), {batch, seq + 1}, torch::kInt32).to(torch::kInt64);
+      lm::train::AutocastGuard ac(torch::kCPU, dtype == "bf16");
+      const double loss = model->loss(w).item<double>();
+      if (s == 0) first_loss = loss;
+      final_loss = loss;
+      if ((s + 1) % every == 0 || s + 1 == steps)
+        marks.emplace_back(static_cast<double>((s + 1) * batch * seq),
+                           std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+    }
+    rate = marks.size() >= 2 ? (marks.back().first - marks.front().first) / (marks.back().second - marks.front().second)
+                             : marks.back().first / marks.back().second;
+  } else {
+    lm::train::FitRequest req;
+    req.model = mc;
+    req.run_dir = (std::filesystem::temp_directory_path() / ("lm_bench_" + std::to_string(getpid()))).string();
+    req.force = true;
+    auto& t = req.train;
+    t.steps = steps; t.micro_batch = batch; t.seq_len = seq; t.dtype = dtype; t.device = device;
+    t.log_interval = std::max<int64_t>(1, steps / 4); t.eval_interval = 0; t.checkpoint_interval = 0;
+    t.verify_at_start = false; t.warmup_steps = 2; t.threads = nthreads;
+    RandomSource src(batch * (seq + 1), static_cast<int32_t>(mc.vocab_size));
+    auto sum = lm::train::fit(req, src, {});
+    rate = steady_rate(req.run_dir + "/metrics.jsonl");
+    std::filesystem::remove_all(req.run_dir);
+    if (!sum.ok()) { std::fprintf(stderr, "error: %s\n", std::string(sum.status().message()).c_str()); return 1; }
+    final_loss = sum->final_loss;
+    first_loss = sum->losses.empty() ? 0 : sum->losses.front();
+  }
+  std::printf("{\"impl\": \"lmforge\", \"preset\": \"%s\", \"dtype\": \"%s\", \"mode\": \"%s\", \"batch\": %ld, "
+              "\"seq\": %ld, \"steps\": %ld, \"threads\": %d, \"tokens_per_s\": %.1f, \"flops_per_token\": %.6g, "
+              "\"params\": %ld, \"peak_rss_mb\": %.1f, \"final_loss\": %.4f, \"first_loss\": %.4f}\n",
+              preset.c_str(), dtype.c_str(), mode.c_str(), batch, seq, steps, nthreads, rate, fpt, params,
+              peak_rss_mb(), final_loss, first_loss);
   return 0;
 }

@@ -58,7 +58,8 @@ torch::Tensor reference_attention(const torch::Tensor& q, const torch::Tensor& k
   return torch::matmul(probs, v);
 }
 
-bool fused_attention_available() { return TORCH_VERSION_MAJOR >= 2; }
+// On 1.13 the fused path is the baddbmm formulation below, still a distinct kernel sequence.
+bool fused_attention_available() { return true; }
 
 torch::Tensor fused_attention(const torch::Tensor& q, const torch::Tensor& k,
                               const torch::Tensor& v) {
@@ -66,7 +67,19 @@ torch::Tensor fused_attention(const torch::Tensor& q, const torch::Tensor& k,
   return at::scaled_dot_product_attention(q, k, v, /*attn_mask=*/{}, /*dropout_p=*/0.0,
                                           /*is_causal=*/true);
 #else
-  return reference_attention(q, k, v, true);
+  // LibTorch 1.13 has no SDPA. Same math as the reference in fewer passes over the [B, H, T, T]
+  // scores (what dominates a CPU step at T = 256, docs/performance.md): the 1/sqrt(D) scale
+  // rides in the GEMM's alpha, the causal mask in its beta·C term (a 0 / -inf bias), and softmax
+  // accumulates in fp32 from bf16 scores without a separate cast pass.
+  const int64_t B = q.size(0), H = q.size(1), T = q.size(2), D = q.size(3);
+  const double scale = 1.0 / std::sqrt(static_cast<double>(D));
+  auto bias = torch::full({T, T}, -std::numeric_limits<float>::infinity(),
+                          torch::TensorOptions().dtype(q.scalar_type()).device(q.device()))
+                  .triu(1);                                      // [T, T], broadcast over B*H
+  auto q3 = q.reshape({B * H, T, D}), k3 = k.reshape({B * H, T, D}), v3 = v.reshape({B * H, T, D});
+  auto scores = torch::baddbmm(bias, q3, k3.transpose(1, 2), /*beta=*/1.0, /*alpha=*/scale);
+  auto probs = torch::softmax(scores, -1, torch::kFloat32).to(q.scalar_type());
+  return torch::bmm(probs, v3).view({B, H, T, D});
 #endif
 }
 
@@ -249,8 +262,10 @@ torch::Tensor TransformerImpl::loss(const torch::Tensor& window) {
   auto inputs = window.narrow(1, 0, T);
   auto targets = window.narrow(1, 1, T);
   auto logits = forward(inputs);  // [B, T, V]
-  return F::cross_entropy(logits.reshape({-1, logits.size(-1)}).to(torch::kFloat32),
-                          targets.reshape({-1}));
+  // cross_entropy is nll_loss(log_softmax(x)) in ATen; asking log_softmax for fp32 output
+  // saves a separate fp32 copy of the [B*T, V] bf16 logits (and its backward). fp32: identical.
+  auto logp = torch::log_softmax(logits.reshape({-1, logits.size(-1)}), -1, torch::kFloat32);
+  return F::nll_loss(logp, targets.reshape({-1}));
 }
 
 torch::Tensor TransformerImpl::forward_cached(const torch::Tensor& tokens, KVCache& cache) {

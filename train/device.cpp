@@ -3,6 +3,7 @@
 #include <ATen/autocast_mode.h>
 #include <torch/version.h>
 
+#include <cctype>
 #include <chrono>
 #include <cstdio>
 
@@ -35,6 +36,28 @@ std::string gpu_name() {
 }
 }  // namespace
 
+const std::vector<GpuSpec>& gpu_table() {
+  // Dense peaks from the vendors' data sheets (no sparsity); H200 has H100's compute.
+  static const std::vector<GpuSpec> table = {
+      {"h200", "NVIDIA H200", 989e12, 494e12, 141e9},
+      {"h100", "NVIDIA H100 SXM", 989e12, 494e12, 80e9},
+      {"a100", "NVIDIA A100 80GB", 312e12, 156e12, 80e9},
+      {"l40s", "NVIDIA L40S", 362e12, 183e12, 48e9},
+      {"4090", "NVIDIA RTX 4090", 165e12, 82.6e12, 24e9},
+      {"a10", "NVIDIA A10", 125e12, 62.5e12, 24e9},
+  };
+  return table;
+}
+
+const GpuSpec* find_gpu(const std::string& name) {
+  std::string lower = name;
+  for (auto& ch : lower) ch = static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
+  for (const auto& g : gpu_table()) {
+    if (lower.find(g.key) != std::string::npos) return &g;
+  }
+  return nullptr;
+}
+
 DevicePeak device_peak(const torch::Device& device, torch::ScalarType dtype, double override_flops) {
   if (override_flops > 0) return {override_flops, "override (train.peak_flops)"};
   if (device.is_cpu()) {
@@ -42,14 +65,8 @@ DevicePeak device_peak(const torch::Device& device, torch::ScalarType dtype, dou
     return {f, std::string("measured ") + (dtype == torch::kBFloat16 ? "bf16" : "fp32") + " matmul 1024^3"};
   }
   const std::string name = gpu_name();
-  struct Row { const char* key; double bf16; double tf32; };
-  // Dense peaks from the vendors' data sheets (no sparsity).
-  const Row table[] = {{"H200", 989e12, 494e12}, {"H100", 989e12, 494e12}, {"A100", 312e12, 156e12},
-                       {"L40S", 362e12, 183e12}, {"4090", 165e12, 82.6e12}, {"A10", 125e12, 62.5e12}};
-  for (const auto& r : table) {
-    if (name.find(r.key) != std::string::npos)
-      return {dtype == torch::kBFloat16 ? r.bf16 : r.tf32, "table: " + name};
-  }
+  if (const GpuSpec* g = find_gpu(name))
+    return {dtype == torch::kBFloat16 ? g->bf16_flops : g->tf32_flops, "table: " + name};
   return {0, "unknown GPU '" + name + "' (set train.peak_flops)"};
 }
 

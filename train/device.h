@@ -4,6 +4,7 @@
 #include <torch/torch.h>
 
 #include <string>
+#include <vector>
 
 namespace lm::train {
 
@@ -11,6 +12,19 @@ struct DevicePeak {
   double flops = 0;    // FLOP/s, 0 = unknown
   std::string source;  // "measured fp32 matmul", "table: NVIDIA H100", ...
 };
+
+// A GPU of the peak table: dense (no sparsity) tensor-core peaks from the vendors' data sheets
+// and the memory of the common variant. lmtrain plan and device_peak read it.
+struct GpuSpec {
+  const char* key;   // matched case-insensitively as a substring of the device name: "h100"
+  const char* name;  // "NVIDIA H100 SXM"
+  double bf16_flops;
+  double tf32_flops;
+  double memory_bytes;
+};
+const std::vector<GpuSpec>& gpu_table();
+// The row whose key occurs in `name` (case-insensitive), or nullptr.
+const GpuSpec* find_gpu(const std::string& name);
 
 // CPU: a matmul micro-benchmark in `dtype` (~0.3 s). CUDA: the dense bf16/fp32 figure from a
 // table keyed by the device name (H100/H200 989 TFLOP/s bf16, A100 312, L40S 362, RTX 4090 165).

@@ -1,0 +1,67 @@
+#!/usr/bin/env bash
+# Side-by-side benchmark: lmforge's training step vs the Python PyTorch peer, alternating
+# (A B A B ...) in one run so machine noise hits both alike. Writes bench/results/<date>-<label>.json
+# and bench/results/latest.md (Markdown table with the ratio lmforge/peer) and prints the table.
+#
+#   bench/run.sh [--preset small] [--batch 8] [--seq 256] [--dtype both|fp32|bf16] [--rounds 2]
+#                [--steps 12] [--threads N] [--n-layers L --n-heads H] [--label NAME]
+#                [--build build-perf]
+# Example (the issue's d256 L4 configuration): bench/run.sh --preset small --n-layers 4 --n-heads 4 --label d256l4
+set -euo pipefail
+here="$(cd "$(dirname "$0")" && pwd)"
+root="$(dirname "$here")"
+preset=small batch=8 seq=256 dtype=both rounds=2 steps=12 threads="$(nproc)" layers=0 heads=0 label="" build="build-perf"
+while [[ $# -gt 0 ]]; do
+  case "$1" in
+    --preset) preset="$2"; shift 2;;
+    --batch) batch="$2"; shift 2;;
+    --seq) seq="$2"; shift 2;;
+    --dtype) dtype="$2"; shift 2;;
+    --rounds) rounds="$2"; shift 2;;
+    --steps) steps="$2"; shift 2;;
+    --threads) threads="$2"; shift 2;;
+    --n-layers) layers="$2"; shift 2;;
+    --n-heads) heads="$2"; shift 2;;
+    --label) label="$2"; shift 2;;
+    --build) build="$2"; shift 2;;
+    -h|--help) sed -n '2,10p' "$0"; exit 0;;
+    *) echo "run.sh: unknown option $1 (see --help)" >&2; exit 2;;
+  esac
+done
+[[ -n "$label" ]] || label="$preset"
+[[ "$build" = /* ]] || build="$root/$build"
+bench="$build/bench/train_step_bench"
+[[ -x "$bench" ]] || { echo "run.sh: $bench not built (ninja -C $build train_step_bench)" >&2; exit 2; }
+py=/usr/bin/python3  # Debian's python3-torch
+peer="$here/peer_pytorch.py"
+dtypes=(fp32 bf16); [[ "$dtype" == both ]] || dtypes=("$dtype")
+shape=(--preset "$preset" --batch "$batch" --seq "$seq" --steps "$steps" --threads "$threads")
+[[ "$layers" == 0 ]] || shape+=(--n-layers "$layers")
+[[ "$heads" == 0 ]] || shape+=(--n-heads "$heads")
+
+mkdir -p "$here/results"
+lines="$(mktemp)"; trap 'rm -f "$lines"' EXIT
+echo "{\"meta\": true, \"label\": \"$label\", \"date\": \"$(date -u +%FT%TZ)\", \"host_cores\": $(nproc), \"load_before\": \"$(cut -d' ' -f1-3 /proc/loadavg)\", \"cpu\": \"$(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //')\"}" >> "$lines"
+echo "run.sh: $label (${shape[*]}), dtypes ${dtypes[*]}, $rounds rounds; load $(cut -d' ' -f1-3 /proc/loadavg)" >&2
+"$bench" --mode peak --threads "$threads" >> "$lines"
+for dt in "${dtypes[@]}"; do
+  for mode in train forward; do
+    for ((r = 1; r <= rounds; r++)); do
+      echo "  $dt $mode round $r/$rounds" >&2
+      "$bench" --mode "$mode" --dtype "$dt" "${shape[@]}" | tail -1 >> "$lines"
+      "$py" "$peer" --mode "$mode" --dtype "$dt" "${shape[@]}" | tail -1 >> "$lines"
+    done
+  done
+done
+# Optional: other engineers' benches, skipped when not built.
+for b in loader_bench tokenizer_bench; do
+  if [[ -x "$build/bench/$b" ]]; then
+    echo "  $b" >&2
+    "$build/bench/$b" --json 2>/dev/null | tail -1 | grep '^{' >> "$lines" || echo "  $b failed, skipped" >&2
+  fi
+done
+echo "{\"meta\": true, \"load_after\": \"$(cut -d' ' -f1-3 /proc/loadavg)\"}" >> "$lines"
+out="$here/results/$(date -u +%Y%m%d-%H%M)-$label.json"
+"$py" "$here/summarize.py" "$lines" "$out" "$here/results/latest.md"
+cat "$here/results/latest.md"
+echo "wrote $out and $here/results/latest.md" >&2

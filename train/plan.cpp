@@ -1,0 +1,116 @@
+#include "train/plan.h"
+
+#include <cmath>
+
+#include "absl/strings/str_format.h"
+#include "train/device.h"
+
+namespace lm::train {
+
+double activation_bytes(const model::ModelConfig& c, int64_t batch, int64_t seq_len, bool checkpointing) {
+  // Bytes saved for backward per token, under bf16 autocast (2-byte activations; the residual
+  // stream and the RMSNorm inputs stay fp32). d = d_model, f = d_ff, kv = n_kv_heads·head_dim,
+  // a = n_heads, T = seq_len, V = vocab. Counted tensor by tensor from model/transformer.cpp:
+  //   attention: norm in 4d + norm out 2d, q/k/v 2(d+2kv), rotary in/out 4(d+kv), output and
+  //              o_proj input 4d; scores: softmax out (fp32) 4aT + bf16 probs 2aT for the reference
+  //              path, only a logsumexp 4a for the fused (flash) path of LibTorch >= 2
+  //   MLP:       norm 6d, gate/up/silu/product 8f
+  //   head:      final norm 6d, logits bf16 2V + fp32 copy 4V + log-softmax 4V, their gradient 6V
+  // Same method as Korthikanti et al. 2022 ("Reducing Activation Recomputation"), who get
+  // 34d + 5aT for GPT-3 with dropout.
+  const double d = static_cast<double>(c.d_model), f = static_cast<double>(c.d_ff);
+  const double kv = static_cast<double>(c.n_kv_heads * c.head_dim()), a = static_cast<double>(c.n_heads);
+  const double T = static_cast<double>(seq_len), V = static_cast<double>(c.vocab_size);
+  const bool fused = c.attention == "fused";
+  const double scores = fused ? 4 * a : 6 * a * T;
+  const double per_layer = 6 * d + 2 * (d + 2 * kv) + 4 * (d + kv) + 4 * d + scores + 6 * d + 8 * f;
+  const double head = 6 * d + 16 * V + 4 * d;  // + the embedding output (fp32)
+  const double L = static_cast<double>(c.n_layers);
+  // Checkpointing each block keeps only its fp32 input; one block's activations live again
+  // while it is recomputed in backward.
+  const double layers = checkpointing ? L * 4 * d + per_layer : L * per_layer;
+  return static_cast<double>(batch) * T * (layers + head);
+}
+
+double implied_mfu(double tokens, double flops_per_token, double hours, int n_gpus, double peak_flops) {
+  const double denom = hours * 3600.0 * n_gpus * peak_flops;
+  return denom > 0 ? tokens * flops_per_token / denom : 0;
+}
+
+absl::StatusOr<Plan> make_plan(const PlanRequest& req) {
+  LM_RETURN_IF_ERROR(model::validate(req.model));
+  if (!(req.tokens > 0)) return absl::InvalidArgumentError(absl::StrFormat("--tokens: must be positive, got %g", req.tokens));
+  if (!(req.mfu > 0 && req.mfu <= 1))
+    return absl::InvalidArgumentError(absl::StrFormat("--mfu: a fraction in (0, 1], got %g (0.4 means 40%%)", req.mfu));
+  if (req.n_gpus <= 0) return absl::InvalidArgumentError(absl::StrFormat("--gpus: must be positive, got %d", req.n_gpus));
+  Plan p;
+  const GpuSpec* g = find_gpu(req.gpu);
+  if (g == nullptr && (req.peak_flops <= 0 || req.memory_bytes <= 0)) {
+    std::string known;
+    for (const auto& row : gpu_table()) known += (known.empty() ? "" : ", ") + std::string(row.key);
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "--gpu: unknown GPU '%s' (known: %s; or give --peak-tflops and --memory-gb)", req.gpu, known));
+  }
+  p.gpu_name = g ? g->name : req.gpu;
+  p.peak_flops = req.peak_flops > 0 ? req.peak_flops : g->bf16_flops;
+  p.memory_per_gpu = req.memory_bytes > 0 ? req.memory_bytes : g->memory_bytes;
+  p.seq_len = req.seq_len > 0 ? req.seq_len : req.model.max_seq_len;
+  p.params = model::param_count(req.model);
+  p.matmul_params = model::matmul_param_count(req.model);
+  p.flops_per_token = model::train_flops_per_token(req.model, p.seq_len);
+  p.total_flops = p.flops_per_token * req.tokens;
+
+  const double n = static_cast<double>(p.params);
+  MemoryEstimate fixed;
+  fixed.weights = 4 * n;    // fp32 master weights
+  fixed.grads = 4 * n;      // fp32 gradients
+  fixed.optimizer = 8 * n;  // AdamW exp_avg + exp_avg_sq, fp32
+  // 10% head-room for the allocator's fragmentation, workspaces and the CUDA context.
+  const double budget = 0.9 * p.memory_per_gpu - fixed.weights - fixed.grads - fixed.optimizer;
+  auto largest = [&](bool ckpt) {
+    int64_t b = 0;
+    for (int64_t t = 1; t <= 4096; t *= 2) {
+      if (activation_bytes(req.model, t, p.seq_len, ckpt) <= budget) b = t;
+    }
+    return b;
+  };
+  p.max_micro_batch = largest(false);
+  p.max_micro_batch_ckpt = largest(true);
+  p.micro_batch = req.micro_batch > 0 ? req.micro_batch : std::max<int64_t>(1, p.max_micro_batch);
+  p.memory = fixed;
+  p.memory.activations = activation_bytes(req.model, p.micro_batch, p.seq_len, false);
+  p.memory.activations_ckpt = activation_bytes(req.model, p.micro_batch, p.seq_len, true);
+  p.seconds = p.total_flops / (req.n_gpus * p.peak_flops * req.mfu);
+  p.cost = req.price_per_hour * req.n_gpus * p.seconds / 3600.0;
+  return p;
+}
+
+std::string format_plan(const Plan& p, const PlanRequest& req) {
+  auto gb = [](double b) { return absl::StrFormat("%.2f GB", b / 1e9); };
+  std::string s;
+  s += absl::StrFormat("model %s: %.1fM params (%.1fM in matmuls), d %d, %d layers, %d heads (%d kv), vocab %d\n",
+                       req.model.preset, p.params / 1e6, p.matmul_params / 1e6, req.model.d_model,
+                       req.model.n_layers, req.model.n_heads, req.model.n_kv_heads, req.model.vocab_size);
+  s += absl::StrFormat("compute: %.3g FLOPs/token (6N + 12·L·T·d at T = %d) × %.3g tokens = %.3g FLOPs\n",
+                       p.flops_per_token, p.seq_len, req.tokens, p.total_flops);
+  s += absl::StrFormat("device: %d × %s, %.0f TFLOP/s dense bf16, %.0f GB each\n", req.n_gpus, p.gpu_name,
+                       p.peak_flops / 1e12, p.memory_per_gpu / 1e9);
+  s += absl::StrFormat("memory per GPU at micro-batch %d × %d (bf16 autocast, fp32 master weights, %s attention):\n",
+                       p.micro_batch, p.seq_len, req.model.attention);
+  s += absl::StrFormat("  weights %s + grads %s + AdamW %s = %s\n", gb(p.memory.weights), gb(p.memory.grads),
+                       gb(p.memory.optimizer), gb(p.memory.weights + p.memory.grads + p.memory.optimizer));
+  s += absl::StrFormat("  activations %s -> total %s; with activation checkpointing %s -> total %s\n",
+                       gb(p.memory.activations), gb(p.memory.total()), gb(p.memory.activations_ckpt),
+                       gb(p.memory.total_ckpt()));
+  s += absl::StrFormat("  largest micro-batch that fits in 90%% of memory: %d (%d with checkpointing)%s\n",
+                       p.max_micro_batch, p.max_micro_batch_ckpt,
+                       p.max_micro_batch == 0 ? " -- does not fit without sharding or checkpointing" : "");
+  s += absl::StrFormat("time at MFU %.1f%%: %.1f h (%.2f days)", 100 * req.mfu, p.seconds / 3600,
+                       p.seconds / 86400);
+  if (req.price_per_hour > 0)
+    s += absl::StrFormat("; cost at $%.2f/GPU-hour: $%.0f", req.price_per_hour, p.cost);
+  s += "\n";
+  return s;
+}
+
+}  // namespace lm::train

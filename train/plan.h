@@ -1,0 +1,60 @@
+// lmtrain plan: what a pretraining run costs before renting the machine. Pure arithmetic from
+// the model config and the GPU table (train/device.cpp); no tensors.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "core/status.h"
+#include "model/config.h"
+
+namespace lm::train {
+
+struct PlanRequest {
+  model::ModelConfig model;
+  double tokens = 2e9;
+  std::string gpu = "h100";
+  int n_gpus = 1;
+  int64_t seq_len = 0;       // 0 = model.max_seq_len
+  int64_t micro_batch = 0;   // 0 = the largest power of two that fits
+  double mfu = 0.4;          // assumed model FLOPs utilisation
+  double price_per_hour = 0; // per GPU; 0 = no cost line
+  double peak_flops = 0;     // override of the table's dense bf16 peak
+  double memory_bytes = 0;   // override of the table's memory per GPU
+};
+
+// Bytes per GPU, mixed precision as lmtrain fit trains: fp32 master weights, fp32 grads,
+// AdamW's two fp32 moments, bf16 activations.
+struct MemoryEstimate {
+  double weights = 0, grads = 0, optimizer = 0;
+  double activations = 0;       // for one micro-batch, every layer's saved tensors
+  double activations_ckpt = 0;  // with activation checkpointing per block
+  double total() const { return weights + grads + optimizer + activations; }
+  double total_ckpt() const { return weights + grads + optimizer + activations_ckpt; }
+};
+
+struct Plan {
+  std::string gpu_name;
+  double peak_flops = 0, memory_per_gpu = 0;
+  int64_t params = 0, matmul_params = 0, seq_len = 0;
+  double flops_per_token = 0;  // 6N + 12·L·T·d
+  double total_flops = 0;
+  int64_t micro_batch = 0, max_micro_batch = 0, max_micro_batch_ckpt = 0;
+  MemoryEstimate memory;  // at micro_batch
+  double seconds = 0, cost = 0;
+};
+
+// Activation bytes for one micro-batch of `batch` × `seq_len` (formula in docs/performance.md).
+double activation_bytes(const model::ModelConfig& cfg, int64_t batch, int64_t seq_len, bool checkpointing);
+
+// Errors: unknown GPU (names the known ones), non-positive tokens/mfu (InvalidArgument).
+absl::StatusOr<Plan> make_plan(const PlanRequest& req);
+
+// MFU that a finished run implies: tokens × FLOPs/token / (hours × GPUs × peak).
+double implied_mfu(double tokens, double flops_per_token, double hours, int n_gpus, double peak_flops);
+
+// Human-readable report of a plan (units on every number).
+std::string format_plan(const Plan& plan, const PlanRequest& req);
+
+}  // namespace lm::train
