@@ -1,0 +1,104 @@
+// lmtrain tokenizer: trains the SentencePiece model of the recipe on a corpus manifest and
+// prints the fertility report (optionally beside the GPT-2-style byte-level BPE baseline).
+#include <cstdio>
+
+#include "app/commands.h"
+#include "core/config.h"
+#include "core/log.h"
+#include "data/corpus.h"
+#include "tokenizer/report.h"
+#include "tokenizer/train.h"
+
+namespace lm::app {
+namespace {
+
+struct TokenizerCmd {
+  std::string corpus, out, config;
+  tokenizer::TrainOptions recipe;
+  tokenizer::ReportOptions report;
+};
+
+absl::Status run_tokenizer(TokenizerCmd& c, CLI::App* sub) {
+  if (!c.config.empty()) {
+    // Precedence: defaults < config file < flags given on the command line.
+    tokenizer::TrainOptions from_file;
+    LM_RETURN_IF_ERROR(load_config_file(c.config, from_file));
+    Json flags = to_json(c.recipe), merged = to_json(from_file);
+    for (auto it = flags.begin(); it != flags.end(); ++it) {
+      std::string opt = "--" + it.key();
+      for (auto& ch : opt) ch = ch == '_' ? '-' : ch;
+      if (sub->get_option_no_throw(opt) != nullptr && sub->count(opt) > 0) merged[it.key()] = it.value();
+    }
+    LM_RETURN_IF_ERROR(from_json(merged, c.recipe, c.config));
+  }
+  c.recipe.threads = global_options().threads;
+  LM_ASSIGN_OR_RETURN(data::CorpusManifest manifest, data::load_manifest(c.corpus));
+  log_info("reading %s (%d sources), sample of %s chars", c.corpus, (int)manifest.sources.size(),
+           format_count(static_cast<double>(c.recipe.sample_chars)));
+  LM_ASSIGN_OR_RETURN(tokenizer::TrainingSample sample, tokenizer::build_sample(manifest, c.recipe));
+  for (const auto& l : sample.summary.languages)
+    log_info("  %-4s %s chars (%.1f%% of the sample, weights ask %.1f%%), %ld docs, %ld held out", l.lang,
+             format_count(static_cast<double>(l.chars)), 100 * l.char_share, 100 * l.weight_share, l.documents,
+             static_cast<long>(sample.heldout[l.lang].size()));
+  log_info("  %ld sentences; %ld long lines split at sentence ends (longer than %ld bytes), %ld dropped",
+           sample.summary.sentences, sample.summary.long_lines_split, c.recipe.max_sentence_length,
+           sample.summary.lines_dropped);
+  if (sample.summary.invalid_utf8_skipped > 0)
+    log_warn("skipped %ld lines with invalid UTF-8", sample.summary.invalid_utf8_skipped);
+  log_info("training %s, vocab %ld ...", c.recipe.model_type, c.recipe.vocab_size);
+  tokenizer::SampleSummary summary = sample.summary;
+  LM_ASSIGN_OR_RETURN(tokenizer::Tokenizer tok, tokenizer::train_tokenizer(sample, c.recipe, c.out, &summary));
+  sample.summary = summary;
+  log_info("wrote %s/spm.model (vocab %d, hash %s) in %.1f s", c.out, tok.vocab_size(), tok.hash(), summary.seconds);
+  return tokenizer::write_report(tok, sample, c.recipe, c.report, c.out);
+}
+
+}  // namespace
+
+void add_tokenizer(CLI::App& app, Registry& reg) {
+  auto c = std::make_shared<TokenizerCmd>();
+  CLI::App* sub = app.add_subcommand("tokenizer", "train the SentencePiece tokenizer and print its fertility report");
+  auto& r = c->recipe;
+  sub->add_option("--corpus", c->corpus, "corpus manifest (corpus.json)")->required();
+  sub->add_option("--out", c->out, "output folder (spm.model, tokenizer.json, fertility.json)")->required();
+  sub->add_option("--config", c->config, "JSON file with recipe options (flags override it)");
+  sub->add_option("--vocab-size", r.vocab_size, "pieces incl. specials and 256 byte pieces")->capture_default_str();
+  sub->add_option("--model-type", r.model_type, "unigram or bpe")->capture_default_str();
+  sub->add_option("--character-coverage", r.character_coverage, "share of characters with their own piece")
+      ->capture_default_str();
+  sub->add_option("--byte-fallback", r.byte_fallback, "unseen characters become byte pieces (no UNK)")
+      ->capture_default_str();
+  sub->add_option("--split-digits", r.split_digits, "one piece per digit")->capture_default_str();
+  sub->add_option("--require-bengali", r.require_bengali, "every Bengali character seen is a required char")
+      ->capture_default_str();
+  sub->add_option("--max-sentence-length", r.max_sentence_length,
+                  "bytes; longer lines are split at sentence ends, never dropped")->capture_default_str();
+  sub->add_option("--max-piece-length", r.max_piece_length, "code points per piece")->capture_default_str();
+  sub->add_option("--sample-chars", r.sample_chars, "training sample size in code points (by manifest weights)")
+      ->capture_default_str();
+  sub->add_option("--keep-ratio", r.keep_ratio, "shrink all sources so the language ratio equals the weights")
+      ->capture_default_str();
+  sub->add_option("--heldout-every", r.heldout_every, "hold out every N-th document per language (0 = none)")
+      ->capture_default_str();
+  sub->add_option("--dedup", r.dedup, "drop exact duplicate documents")->capture_default_str();
+  sub->add_flag("--skip-invalid-utf8", r.skip_invalid_utf8, "skip and count lines with invalid UTF-8 (default: error)");
+  sub->add_option("--seed-sentencepiece-size", r.seed_sentencepiece_size, "unigram seed pieces")->capture_default_str();
+  sub->add_option("--shrinking-factor", r.shrinking_factor, "unigram pruning keep share")->capture_default_str();
+  sub->add_option("--num-sub-iterations", r.num_sub_iterations, "unigram EM sub-iterations")->capture_default_str();
+  auto& p = c->report;
+  sub->add_flag("--compare-baseline", p.compare_baseline,
+                "also train a GPT-2-style byte-level BPE at the same vocab and report it side by side");
+  sub->add_option("--eval-text", p.eval_texts,
+                  "held-out text LANG=FILE (one document per line, .gz ok); default: the held-out documents");
+  sub->add_option("--parallel", p.parallel, "parallel JSONL {bn, en} for bn/en parity (.gz ok)");
+  sub->add_option("--parallel-corpora", p.parallel_corpora,
+                  "keep only these corpus:split pairs of --parallel (e.g. SUPara-benchmark:test2018,SIPC:test)")
+      ->delimiter(',');
+  sub->add_option("--report-chars", p.report_chars, "code points of held-out text per language in the report")
+      ->capture_default_str();
+  sub->add_flag("--json", p.json_stdout, "print fertility.json to stdout instead of the table");
+  add_global_flags(sub);
+  reg.push_back({sub, [c, sub] { return run_tokenizer(*c, sub); }});
+}
+
+}  // namespace lm::app

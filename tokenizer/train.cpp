@@ -1,0 +1,264 @@
+#include "tokenizer/train.h"
+
+#include <sys/stat.h>
+
+#include <chrono>
+#include <cmath>
+#include <set>
+#include <thread>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_format.h"
+#include "core/config.h"
+#include "core/file.h"
+#include "core/log.h"
+#include "tokenizer/normalize.h"
+
+namespace lm::tokenizer {
+namespace {
+
+// UTF-8 decode of one code point at s[i] (valid input); advances i.
+uint32_t next_cp(std::string_view s, size_t& i) {
+  const auto c = static_cast<unsigned char>(s[i]);
+  int len = c < 0x80 ? 1 : c < 0xE0 ? 2 : c < 0xF0 ? 3 : 4;
+  uint32_t cp = len == 1 ? c : len == 2 ? (c & 0x1F) : len == 3 ? (c & 0x0F) : (c & 0x07);
+  for (int k = 1; k < len && i + k < s.size(); ++k) cp = (cp << 6) | (static_cast<unsigned char>(s[i + k]) & 0x3F);
+  i += len;
+  return cp;
+}
+
+bool ends_with(std::string_view s, std::string_view suffix) {
+  return s.size() >= suffix.size() && s.substr(s.size() - suffix.size()) == suffix;
+}
+
+bool is_cont(char c) { return (static_cast<unsigned char>(c) & 0xC0) == 0x80; }
+
+absl::Status make_dir(const std::string& dir) {
+  std::string cur;
+  for (size_t i = 0; i <= dir.size(); ++i) {
+    if (i == dir.size() || dir[i] == '/') {
+      if (!cur.empty() && ::mkdir(cur.c_str(), 0755) != 0 && errno != EEXIST)
+        return absl::PermissionDeniedError(absl::StrCat(cur, ": cannot create folder (", strerror(errno), ")"));
+    }
+    if (i < dir.size()) cur += dir[i];
+  }
+  return absl::OkStatus();
+}
+
+struct SourceDocs {
+  std::vector<std::string> docs;
+  int64_t chars = 0;
+};
+
+}  // namespace
+
+int split_long_line(std::string_view line, size_t max_bytes, std::vector<std::string>* out) {
+  int pieces = 0;
+  while (line.size() > max_bytes) {
+    size_t cut = std::string::npos;
+    const std::string_view window = line.substr(0, max_bytes);
+    // Sentence end: danda, ? ! or '.' followed by a space; cut after the space.
+    for (size_t i = window.size(); i-- > 1;) {
+      if (window[i] != ' ') continue;
+      const std::string_view before = window.substr(0, i);
+      if (ends_with(before, "\xE0\xA5\xA4") || ends_with(before, "?") || ends_with(before, "!") ||
+          ends_with(before, ".")) {
+        cut = i + 1;
+        break;
+      }
+    }
+    if (cut == std::string::npos) {
+      const size_t sp = window.rfind(' ');
+      if (sp != std::string::npos && sp > 0) cut = sp + 1;
+    }
+    if (cut == std::string::npos) {
+      cut = max_bytes;
+      while (cut > 0 && is_cont(line[cut])) --cut;
+      if (cut == 0) cut = max_bytes;
+    }
+    std::string_view piece = line.substr(0, cut);
+    while (!piece.empty() && piece.back() == ' ') piece.remove_suffix(1);
+    if (!piece.empty()) {
+      out->emplace_back(piece);
+      ++pieces;
+    }
+    line.remove_prefix(cut);
+  }
+  if (!line.empty()) {
+    out->emplace_back(line);
+    ++pieces;
+  }
+  return pieces;
+}
+
+absl::StatusOr<TrainingSample> build_sample(const data::CorpusManifest& m, const TrainOptions& o) {
+  if (o.sample_chars <= 0) return absl::InvalidArgumentError("sample_chars: must be positive");
+  if (o.max_sentence_length < 256) return absl::InvalidArgumentError("max_sentence_length: must be at least 256 bytes");
+  double total_w = 0;
+  for (const auto& s : m.sources) total_w += s.weight;
+  TrainingSample out;
+  data::ReadOptions ro;
+  ro.dedup = o.dedup;
+  ro.skip_invalid_utf8 = o.skip_invalid_utf8;
+  std::vector<SourceDocs> per_source(m.sources.size());
+  std::vector<double> quota(m.sources.size());
+  std::map<std::string, int64_t> doc_index;  // per language, for the held-out rule
+  data::ReadStats stats;
+  for (size_t i = 0; i < m.sources.size(); ++i) {
+    const auto& src = m.sources[i];
+    quota[i] = static_cast<double>(o.sample_chars) * src.weight / total_w;
+    SourceDocs& sd = per_source[i];
+    auto& held = out.heldout[src.lang];
+    LM_RETURN_IF_ERROR(data::for_each_document(m, src, ro, [&](const std::string& doc) {
+      const int64_t k = doc_index[src.lang]++;
+      if (o.heldout_every > 0 && k % o.heldout_every == o.heldout_every - 1) {
+        held.push_back(doc);
+        return absl::OkStatus();
+      }
+      sd.chars += data::count_code_points(doc);
+      sd.docs.push_back(doc);
+      return sd.chars >= quota[i] ? data::stop_reading() : absl::OkStatus();
+    }, &stats));
+  }
+  // keep_ratio: scale every source by the worst shortfall so the mix equals the weights.
+  double f = 1.0;
+  if (o.keep_ratio)
+    for (size_t i = 0; i < m.sources.size(); ++i)
+      f = std::min(f, static_cast<double>(per_source[i].chars) / quota[i]);
+  std::map<std::string, LangSample> langs;
+  std::map<std::string, int32_t> lang_idx;
+  int64_t total_chars = 0;
+  for (size_t i = 0; i < m.sources.size(); ++i) {
+    const auto& src = m.sources[i];
+    if (!lang_idx.count(src.lang)) {
+      lang_idx[src.lang] = static_cast<int32_t>(out.langs.size());
+      out.langs.push_back(src.lang);
+    }
+    LangSample& ls = langs[src.lang];
+    ls.lang = src.lang;
+    ls.weight_share += src.weight / total_w;
+    ls.available_chars += per_source[i].chars;
+    const double budget = o.keep_ratio ? f * quota[i] : quota[i];
+    // Whole lines until the budget is met, so the ratio holds to about one line even when
+    // documents are long (a Wikipedia article, a novel's chapter).
+    int64_t used = 0;
+    for (const auto& doc : per_source[i].docs) {
+      if (used >= budget) break;
+      ++ls.documents;
+      size_t start = 0;
+      while (start <= doc.size() && used < budget) {
+        size_t nl = doc.find('\n', start);
+        if (nl == std::string::npos) nl = doc.size();
+        std::string_view line(doc.data() + start, nl - start);
+        if (!line.empty() && line.find_first_not_of(" \t\r") != std::string_view::npos) {
+          if (line.size() > static_cast<size_t>(o.max_sentence_length)) ++out.summary.long_lines_split;
+          split_long_line(line, static_cast<size_t>(o.max_sentence_length), &out.sentences);
+          out.sentence_lang.resize(out.sentences.size(), lang_idx[src.lang]);
+          const int64_t c = data::count_code_points(line);
+          used += c;
+          ls.chars += c;
+          ls.bytes += static_cast<int64_t>(line.size());
+        }
+        start = nl + 1;
+      }
+    }
+    total_chars += used;
+  }
+  for (const auto& l : out.langs) {
+    LangSample ls = langs[l];
+    ls.char_share = total_chars > 0 ? static_cast<double>(ls.chars) / total_chars : 0;
+    out.summary.languages.push_back(ls);
+  }
+  out.summary.sentences = static_cast<int64_t>(out.sentences.size());
+  out.summary.invalid_utf8_skipped = stats.invalid_skipped;
+  out.summary.empty_dropped = stats.empty_dropped;
+  out.summary.duplicates_dropped = stats.duplicates_dropped;
+  if (out.sentences.empty()) return absl::InvalidArgumentError("the corpus has no text to train on");
+  return out;
+}
+
+std::unordered_map<std::string, std::string> spm_kwargs(const TrainOptions& o, const std::string& required_chars,
+                                                        const std::string& rule_tsv_path) {
+  const int threads = o.threads > 0 ? static_cast<int>(o.threads)
+                                    : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  std::unordered_map<std::string, std::string> kw = {
+      {"model_type", o.model_type},
+      {"vocab_size", std::to_string(o.vocab_size)},
+      {"character_coverage", absl::StrFormat("%.6g", o.character_coverage)},
+      {"byte_fallback", o.byte_fallback ? "true" : "false"},
+      {"split_digits", o.split_digits ? "true" : "false"},
+      {"max_sentence_length", std::to_string(o.max_sentence_length)},
+      {"max_sentencepiece_length", std::to_string(o.max_piece_length)},
+      {"seed_sentencepiece_size", std::to_string(o.seed_sentencepiece_size)},
+      {"shrinking_factor", absl::StrFormat("%.6g", o.shrinking_factor)},
+      {"num_sub_iterations", std::to_string(o.num_sub_iterations)},
+      {"num_threads", std::to_string(threads)},
+      {"normalization_rule_tsv", rule_tsv_path},
+      // Exact round trip: keep every space as it is (the default collapses runs and trims).
+      {"remove_extra_whitespaces", "false"},
+      {"add_dummy_prefix", "true"},
+      {"unk_id", std::to_string(kUnkId)},
+      {"bos_id", std::to_string(kBosId)},
+      {"eos_id", std::to_string(kEosId)},
+      {"pad_id", std::to_string(kPadId)},
+      {"input_sentence_size", "0"},
+      {"shuffle_input_sentence", "false"},
+      {"train_extremely_large_corpus", "false"},
+  };
+  if (!required_chars.empty()) kw["required_chars"] = required_chars;
+  return kw;
+}
+
+absl::StatusOr<Tokenizer> train_tokenizer(const TrainingSample& sample, const TrainOptions& o,
+                                          const std::string& out_dir, SampleSummary* summary) {
+  if (o.model_type != "unigram" && o.model_type != "bpe")
+    return absl::InvalidArgumentError("model_type: expected unigram or bpe, got '" + o.model_type + "'");
+  if (o.vocab_size < 300) return absl::InvalidArgumentError("vocab_size: must be at least 300 (260 specials+bytes)");
+  LM_RETURN_IF_ERROR(make_dir(out_dir));
+  const std::string tsv_path = out_dir + "/normalization.tsv";
+  LM_RETURN_IF_ERROR(write_file_atomic(tsv_path, nfc_rule_tsv()));
+
+  std::string required;
+  if (o.require_bengali) {
+    std::set<uint32_t> seen;
+    for (const auto& s : sample.sentences) {
+      for (size_t i = 0; i < s.size();) {
+        uint32_t cp = next_cp(s, i);
+        if (cp >= 0x0980 && cp <= 0x09FF) seen.insert(cp);
+      }
+    }
+    for (uint32_t cp : seen) {
+      char buf[4] = {static_cast<char>(0xE0 | (cp >> 12)), static_cast<char>(0x80 | ((cp >> 6) & 0x3F)),
+                     static_cast<char>(0x80 | (cp & 0x3F)), 0};
+      required.append(buf, 3);
+    }
+    summary->required_chars = static_cast<int64_t>(seen.size());
+  }
+  auto kwargs = spm_kwargs(o, required, tsv_path);
+  bridge::set_log_level(output_options().quiet ? 2 : 1);
+  const auto t0 = std::chrono::steady_clock::now();
+  std::string model, error;
+  if (!bridge::train(kwargs, sample.sentences, &model, &error)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "SentencePiece training failed: ", error,
+        " (a vocabulary too large for the sample fails here: lower --vocab-size or add text)"));
+  }
+  summary->seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  LM_RETURN_IF_ERROR(write_file_atomic(out_dir + "/" + kModelFile, model));
+  LM_ASSIGN_OR_RETURN(Tokenizer tok, Tokenizer::from_model_bytes(model, out_dir + "/" + kModelFile));
+  TokenizerMeta meta;
+  meta.model_type = o.model_type;
+  meta.hash = tok.hash();
+  meta.vocab_size = tok.vocab_size();
+  meta.unk_id = tok.unk_id();
+  meta.bos_id = tok.bos_id();
+  meta.eos_id = tok.eos_id();
+  meta.pad_id = tok.pad_id();
+  meta.icu_version = icu_version();
+  meta.recipe = o;
+  meta.training = *summary;
+  LM_RETURN_IF_ERROR(write_json_file(out_dir + "/" + kMetaFile, to_json(meta)));
+  return Tokenizer::load(out_dir);
+}
+
+}  // namespace lm::tokenizer

@@ -1,0 +1,42 @@
+// Training of the SentencePiece model from a corpus manifest: the per-language training sample
+// (character ratio from the manifest weights), the recipe's SentencePiece options, and the
+// output folder (spm.model, normalization.tsv, tokenizer.json).
+#pragma once
+
+#include <map>
+#include <string>
+#include <vector>
+
+#include "core/status.h"
+#include "data/corpus.h"
+#include "tokenizer/recipe.h"
+#include "tokenizer/tokenizer.h"
+
+namespace lm::tokenizer {
+
+struct TrainingSample {
+  std::vector<std::string> sentences;   // what SentencePiece trains on (lines, long ones split)
+  std::vector<int32_t> sentence_lang;   // index into `langs` for each sentence
+  std::vector<std::string> langs;       // in manifest order of first appearance
+  std::map<std::string, std::vector<std::string>> heldout;  // lang -> held-out documents
+  SampleSummary summary;
+};
+
+// Reads the manifest's sources into a training sample (see TrainOptions for the rules).
+absl::StatusOr<TrainingSample> build_sample(const data::CorpusManifest& manifest, const TrainOptions& options);
+
+// Splits `line` into pieces of at most `max_bytes` bytes, preferring sentence ends (। ? ! . then
+// a space); a piece with no break is cut at a code point boundary. Returns the piece count.
+int split_long_line(std::string_view line, size_t max_bytes, std::vector<std::string>* out);
+
+// The SentencePiece options the recipe stands for (spm_train names); `rule_tsv_path` is the
+// normalization table written beside the model.
+std::unordered_map<std::string, std::string> spm_kwargs(const TrainOptions& options, const std::string& required_chars,
+                                                        const std::string& rule_tsv_path);
+
+// Trains and writes out_dir/{spm.model, normalization.tsv, tokenizer.json}; returns the loaded
+// tokenizer. `summary` (copied into tokenizer.json) gets the training time.
+absl::StatusOr<Tokenizer> train_tokenizer(const TrainingSample& sample, const TrainOptions& options,
+                                          const std::string& out_dir, SampleSummary* summary);
+
+}  // namespace lm::tokenizer
