@@ -14,6 +14,7 @@ int main(int argc, char** argv) {
       "Exit codes: 0 ok, 1 runtime failure, 2 bad usage or input, 128+N after signal N.");
   lm::app::Registry reg;
   lm::app::add_check(app, reg);
+  lm::app::add_tokenizer(app, reg);
   lm::app::add_plan(app, reg);
   return lm::app::run_main(app, reg, argc, argv);
 }
