@@ -10,6 +10,8 @@
 #include <filesystem>
 #include <fstream>
 
+#include <unistd.h>
+
 #include "core/config.h"
 #include "core/file.h"
 #include "core/log.h"
@@ -33,6 +35,7 @@ namespace fs = std::filesystem;
 
 constexpr uint64_t kSeed = 42;
 constexpr int kSteps = 80;
+constexpr const char* kFolderVersion = "eval_test_run v1\n";
 
 std::vector<std::string> read_docs(const std::string& file, const std::string& format, size_t n) {
   std::vector<std::string> docs;
@@ -57,19 +60,40 @@ class RunFolder : public ::testing::Test {
   static inline bool built = false;
   static inline std::string error;
 
+  // ctest runs each test in its own process, maybe in parallel: the first one to finish
+  // building renames its private folder into place; the others reuse it (COMPLETE marker).
   static void SetUpTestSuite() {
     if (built) return;
-    auto st = build();
-    if (!st.ok()) error = std::string(st.message());
     built = true;
+    const std::string marker = dir() + "/COMPLETE";
+    auto text = read_file(marker);
+    if (text.ok() && *text == kFolderVersion) return;
+    const std::string tmp = dir() + ".tmp." + std::to_string(::getpid());
+    auto st = build(tmp);
+    if (st.ok()) st = write_file_atomic(tmp + "/COMPLETE", kFolderVersion);
+    if (!st.ok()) {
+      error = std::string(st.message());
+      return;
+    }
+    std::error_code ec;
+    text = read_file(marker);
+    if (text.ok() && *text == kFolderVersion) {
+      fs::remove_all(tmp, ec);  // another process won
+      return;
+    }
+    fs::remove_all(dir(), ec);  // stale or half-built
+    fs::rename(tmp, dir(), ec);
+    if (ec && !fs::exists(marker)) error = "cannot move " + tmp + " to " + dir() + ": " + ec.message();
+    fs::remove_all(tmp, ec);
   }
 
   void SetUp() override { ASSERT_TRUE(error.empty()) << error; }
 
-  static absl::Status build() {
-    fs::remove_all(dir());
-    fs::create_directories(run() + "/checkpoints/step-00000080");
-    fs::create_directories(shards());
+  static absl::Status build(const std::string& root) {
+    const std::string run_dir = root + "/runs/tiny", shard_dir = root + "/shards";
+    fs::remove_all(root);
+    fs::create_directories(run_dir + "/checkpoints/step-00000080");
+    fs::create_directories(shard_dir);
     auto bn = read_docs("bn_news.txt.gz", "lines", 260);
     auto en = read_docs("en_wikipedia.jsonl.gz", "jsonl", 160);
     if (bn.size() < 260 || en.size() < 160) return absl::NotFoundError("data/sample too small");
@@ -88,7 +112,7 @@ class RunFolder : public ::testing::Test {
     tokenizer::SampleSummary summary;
     // Quiet: SentencePiece's own log lines crash inside its RTLD_DEEPBIND module (docs/eval.md).
     init_output(true);
-    LM_ASSIGN_OR_RETURN(auto tok, tokenizer::train_tokenizer(sample, topt, run() + "/tokenizer", &summary));
+    LM_ASSIGN_OR_RETURN(auto tok, tokenizer::train_tokenizer(sample, topt, run_dir + "/tokenizer", &summary));
     init_output(false);
 
     auto cfg = *model::preset("tiny");
@@ -96,7 +120,7 @@ class RunFolder : public ::testing::Test {
     cfg.max_seq_len = 64;
     Json config = Json{{"model", to_json(cfg)}, {"train", Json{{"seed", kSeed}, {"steps", kSteps}}},
                        {"written_by", "tests/eval/run_test.cpp"}};
-    LM_RETURN_IF_ERROR(write_json_file(run() + "/config.json", config));
+    LM_RETURN_IF_ERROR(write_json_file(run_dir + "/config.json", config));
 
     auto stream_of = [&](const std::vector<std::string>& docs) {
       std::vector<int32_t> s;
@@ -127,9 +151,9 @@ class RunFolder : public ::testing::Test {
       loss.backward();
       opt.step();
     }
-    LM_RETURN_IF_ERROR(model::save_safetensors(run() + "/checkpoints/step-00000080/model.safetensors",
+    LM_RETURN_IF_ERROR(model::save_safetensors(run_dir + "/checkpoints/step-00000080/model.safetensors",
                                                model::module_state(*m)));
-    LM_RETURN_IF_ERROR(write_file_atomic(run() + "/latest", "step-00000080\n"));
+    LM_RETURN_IF_ERROR(write_file_atomic(run_dir + "/latest", "step-00000080\n"));
 
     // Validation shards in the data pipeline's format.
     data::ShardManifest man;
@@ -147,13 +171,13 @@ class RunFolder : public ::testing::Test {
         offs.push_back(ids.size());
       }
       const std::string name = std::string(lang) + ".val.00000.lmtok";
-      LM_RETURN_IF_ERROR(data::write_shard(shards() + "/" + name, ids, offs, tok.vocab_size(), tok.hash()));
+      LM_RETURN_IF_ERROR(data::write_shard(shard_dir + "/" + name, ids, offs, tok.vocab_size(), tok.hash()));
       man.shards.push_back({name, lang, "val", ids.size(), docs.size()});
     }
-    LM_RETURN_IF_ERROR(data::write_manifest(shards(), man));
+    LM_RETURN_IF_ERROR(data::write_manifest(shard_dir, man));
     std::string text;
     for (const auto& d : en_val) text += d + "\n";
-    return write_file_atomic(heldout(), text);
+    return write_file_atomic(root + "/heldout_en.txt", text);
   }
 };
 
