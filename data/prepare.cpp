@@ -1,0 +1,295 @@
+#include "data/prepare.h"
+
+#include <algorithm>
+#include <atomic>
+#include <condition_variable>
+#include <cstdio>
+#include <deque>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <mutex>
+#include <thread>
+
+#include "absl/strings/str_format.h"
+#include "core/file.h"
+#include "core/log.h"
+#include "data/corpus.h"
+#include "tokenizer/tokenizer.h"
+
+namespace lm::data {
+namespace {
+
+namespace fs = std::filesystem;
+
+// Uncompressed text size for the progress total: a .gz file's last 4 bytes (ISIZE, RFC 1952)
+// hold its uncompressed size mod 2^32; other files count as their size.
+uint64_t estimated_text_bytes(const std::string& path) {
+  std::error_code ec;
+  const uint64_t size = fs::file_size(path, ec);
+  if (ec) return 0;
+  if (path.size() < 3 || path.compare(path.size() - 3, 3, ".gz") != 0 || size < 18) return size;
+  std::ifstream f(path, std::ios::binary);
+  f.seekg(-4, std::ios::end);
+  unsigned char b[4] = {0, 0, 0, 0};
+  f.read(reinterpret_cast<char*>(b), 4);
+  const uint64_t isize = b[0] | (b[1] << 8) | (b[2] << 16) | (static_cast<uint64_t>(b[3]) << 24);
+  return std::max(isize, size);
+}
+
+struct Batch {
+  int lang = 0;
+  std::vector<std::string> docs;
+  uint64_t bytes = 0;
+};
+
+// Bounded hand-off from the reader thread (decompress, UTF-8 check, NFC) to the encoder, so
+// reading the next batch overlaps tokenizing this one.
+class BatchQueue {
+ public:
+  explicit BatchQueue(size_t cap) : cap_(cap) {}
+  // False when the consumer has cancelled.
+  bool push(Batch b) {
+    std::unique_lock<std::mutex> lk(mu_);
+    not_full_.wait(lk, [&] { return q_.size() < cap_ || cancelled_; });
+    if (cancelled_) return false;
+    q_.push_back(std::move(b));
+    not_empty_.notify_one();
+    return true;
+  }
+  // False once the producer is done and the queue is empty.
+  bool pop(Batch* b) {
+    std::unique_lock<std::mutex> lk(mu_);
+    not_empty_.wait(lk, [&] { return !q_.empty() || done_; });
+    if (q_.empty()) return false;
+    *b = std::move(q_.front());
+    q_.pop_front();
+    not_full_.notify_one();
+    return true;
+  }
+  void close() {
+    std::lock_guard<std::mutex> lk(mu_);
+    done_ = true;
+    not_empty_.notify_all();
+  }
+  void cancel() {
+    std::lock_guard<std::mutex> lk(mu_);
+    cancelled_ = true;
+    not_full_.notify_all();
+  }
+
+ private:
+  size_t cap_;
+  std::deque<Batch> q_;
+  bool done_ = false, cancelled_ = false;
+  std::mutex mu_;
+  std::condition_variable not_full_, not_empty_;
+};
+
+// One open shard per (language, split); flushed to a file when it reaches shard_tokens.
+struct Output {
+  std::string lang, split;
+  ShardWriter writer;
+  int next_index = 0;
+  uint64_t docs = 0, tokens = 0;
+};
+
+}  // namespace
+
+bool is_validation_doc(const std::string& doc, double val_fraction) {
+  if (val_fraction <= 0) return false;
+  const uint64_t h = fnv1a64(doc.data(), doc.size());
+  // fnv1a's low bits are weak on short inputs: fold the high half in before scaling to [0, 1).
+  const uint64_t mixed = (h ^ (h >> 29)) * 0xbf58476d1ce4e5b9ULL;
+  return static_cast<double>(mixed >> 11) * 0x1.0p-53 < val_fraction;
+}
+
+absl::StatusOr<ShardManifest> prepare(const PrepareOptions& o) {
+  if (!(o.val_fraction >= 0 && o.val_fraction < 1)) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("--val-fraction: %g, expected a number in [0, 1)", o.val_fraction));
+  }
+  if (o.shard_tokens < 1) return absl::InvalidArgumentError("--shard-tokens: expected >= 1");
+  LM_ASSIGN_OR_RETURN(CorpusManifest corpus, load_manifest(o.corpus));
+  LM_ASSIGN_OR_RETURN(tokenizer::Tokenizer tok, tokenizer::Tokenizer::load(o.tokenizer));
+  std::error_code ec;
+  fs::create_directories(o.out, ec);
+  if (ec) return absl::FailedPreconditionError(absl::StrCat(o.out, ": cannot create the folder: ", ec.message()));
+
+  std::vector<std::string> langs;
+  std::map<std::string, double> weights;
+  uint64_t total_bytes = 0;
+  for (const auto& src : corpus.sources) {
+    if (!weights.count(src.lang)) langs.push_back(src.lang);
+    weights[src.lang] += src.weight;
+    for (const auto& p : resolve_paths(corpus, src)) total_bytes += estimated_text_bytes(p);
+  }
+  const int n_threads = o.threads > 0 ? o.threads : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  log_info("prepare: %d sources, %d languages, ~%.1f MB of text, tokenizer %s (vocab %d), %d threads",
+           corpus.sources.size(), langs.size(), total_bytes / 1e6, tok.hash(), tok.vocab_size(), n_threads);
+
+  ShardManifest m;
+  m.tokenizer_hash = tok.hash();
+  m.vocab_size = tok.vocab_size();
+  m.eos_id = tok.eos_id();
+  m.bos_id = tok.bos_id();
+  m.tokenizer_dir = fs::absolute(o.tokenizer).lexically_normal().string();  // fit loads it from any cwd
+  m.weights = weights;
+
+  std::vector<Output> outputs;  // index 2*lang + (val ? 1 : 0)
+  for (const auto& lang : langs) {
+    for (const char* split : {"train", "val"}) {
+      outputs.push_back(Output{lang, split, ShardWriter(tok.vocab_size(), tok.hash())});
+    }
+  }
+  auto flush = [&](Output& out) -> absl::Status {
+    if (out.writer.n_docs() == 0) return absl::OkStatus();
+    const std::string name = absl::StrFormat("%s.%s.%05d.lmtok", out.lang, out.split, out.next_index++);
+    ShardEntry e{name, out.lang, out.split, out.writer.n_tokens(), out.writer.n_docs()};
+    LM_RETURN_IF_ERROR(out.writer.write((fs::path(o.out) / name).string()));
+    m.shards.push_back(e);
+    return absl::OkStatus();
+  };
+
+  // Reader thread: documents of every source in manifest order, in batches of ~batch_bytes.
+  BatchQueue queue(2);
+  std::vector<ReadStats> stats(langs.size());
+  absl::Status read_status;
+  std::thread reader([&] {
+    ReadOptions ro;
+    ro.skip_invalid_utf8 = o.skip_invalid_utf8;
+    ro.dedup = o.dedup;
+    for (const auto& src : corpus.sources) {
+      const int li = static_cast<int>(std::find(langs.begin(), langs.end(), src.lang) - langs.begin());
+      Batch b;
+      b.lang = li;
+      bool cancelled = false;
+      ReadStats st;
+      absl::Status s = for_each_document(corpus, src, ro, [&](const std::string& doc) -> absl::Status {
+        b.bytes += doc.size();
+        b.docs.push_back(doc);
+        if (static_cast<int64_t>(b.bytes) >= o.batch_bytes) {
+          if (!queue.push(std::move(b))) {
+            cancelled = true;
+            return stop_reading();
+          }
+          b = Batch();
+          b.lang = li;
+        }
+        return absl::OkStatus();
+      }, &st);
+      stats[li].add(st);
+      if (!s.ok()) {
+        read_status = s;
+        break;
+      }
+      if (cancelled || (!b.docs.empty() && !queue.push(std::move(b)))) break;
+    }
+    queue.close();
+  });
+
+  // Encoder: all cores on each batch, EOS after every document, split by document hash.
+  Progress progress("prepare", static_cast<double>(std::max<uint64_t>(total_bytes, 1)), "B");
+  uint64_t done_bytes = 0, done_tokens = 0;
+  absl::Status st;
+  Batch b;
+  while (st.ok() && queue.pop(&b)) {
+    const auto ids = tok.encode_batch(b.docs, n_threads);
+    for (size_t i = 0; i < ids.size() && st.ok(); ++i) {
+      Output& out = outputs[2 * b.lang + (is_validation_doc(b.docs[i], o.val_fraction) ? 1 : 0)];
+      std::vector<int32_t> doc = ids[i];
+      doc.push_back(tok.eos_id());
+      st = out.writer.add_document(doc);
+      out.docs += 1;
+      out.tokens += doc.size();
+      done_tokens += doc.size();
+      if (st.ok() && out.writer.n_tokens() >= o.shard_tokens) st = flush(out);
+    }
+    done_bytes += b.bytes;
+    progress.update(static_cast<double>(std::min(done_bytes, total_bytes)),
+                    absl::StrFormat("%.2f MB/s, %s tokens", done_bytes / 1e6 / std::max(progress.elapsed_s(), 1e-9),
+                                    format_count(static_cast<double>(done_tokens))));
+  }
+  if (!st.ok()) queue.cancel();
+  reader.join();
+  LM_RETURN_IF_ERROR(read_status);
+  LM_RETURN_IF_ERROR(st);
+  for (auto& out : outputs) LM_RETURN_IF_ERROR(flush(out));
+  const double seconds = progress.elapsed_s();
+  progress.finish(absl::StrFormat("%.2f MB/s, %s tokens", done_bytes / 1e6 / std::max(seconds, 1e-9),
+                                  format_count(static_cast<double>(done_tokens))));
+
+  // Report: counts per language; token_share is what the sampler draws (normalised weights),
+  // natural_share what the language has on disk.
+  uint64_t train_total = 0;
+  double weight_total = 0;
+  for (const auto& out : outputs) train_total += out.split == "train" ? out.tokens : 0;
+  for (const auto& [lang, w] : weights) weight_total += w;
+  ReadStats all;
+  for (size_t l = 0; l < langs.size(); ++l) {
+    LanguageReport r;
+    r.docs = stats[l].documents;
+    r.chars = stats[l].chars;
+    r.bytes = stats[l].bytes;
+    r.train_tokens = outputs[2 * l].tokens;
+    r.train_docs = outputs[2 * l].docs;
+    r.val_tokens = outputs[2 * l + 1].tokens;
+    r.val_docs = outputs[2 * l + 1].docs;
+    r.weight = weights[langs[l]];
+    r.token_share = weight_total > 0 ? r.weight / weight_total : 0;
+    r.natural_share = train_total > 0 ? static_cast<double>(r.train_tokens) / train_total : 0;
+    m.languages[langs[l]] = r;
+    all.add(stats[l]);
+  }
+  m.prepare = Json{{"corpus", o.corpus},
+                   {"val_fraction", o.val_fraction},
+                   {"dedup", o.dedup},
+                   {"skip_invalid_utf8", o.skip_invalid_utf8},
+                   {"shard_tokens", o.shard_tokens},
+                   {"threads", n_threads},
+                   {"seconds", seconds},
+                   {"text_bytes", done_bytes},
+                   {"mb_per_s", done_bytes / 1e6 / std::max(seconds, 1e-9)},
+                   {"invalid_skipped", all.invalid_skipped},
+                   {"empty_dropped", all.empty_dropped},
+                   {"duplicates_dropped", all.duplicates_dropped}};
+  for (const auto& [lang, r] : m.languages) {
+    if (r.train_tokens == 0) log_warn("prepare: language '%s' has no training tokens", lang);
+    if (o.val_fraction > 0 && r.val_tokens == 0) {
+      log_warn("prepare: language '%s' got no validation documents (raise --val-fraction)", lang);
+    }
+  }
+  LM_RETURN_IF_ERROR(fsync_dir(o.out));
+  LM_RETURN_IF_ERROR(write_manifest(o.out, m));
+  return m;
+}
+
+std::string format_report(const ShardManifest& m) {
+  std::string s = absl::StrFormat("%-6s %9s %12s %12s %12s %10s %8s %7s %8s %8s\n", "lang", "docs", "chars",
+                                  "train tok", "val tok", "val docs", "tok/char", "weight", "natural",
+                                  "sampled");
+  for (const auto& [lang, r] : m.languages) {
+    const double per_char = r.chars > 0 ? static_cast<double>(r.train_tokens + r.val_tokens) / r.chars : 0;
+    s += absl::StrFormat("%-6s %9d %12d %12d %12d %10d %8.3f %7.3g %7.1f%% %7.1f%%\n", lang, r.docs, r.chars,
+                         r.train_tokens, r.val_tokens, r.val_docs, per_char, r.weight, 100 * r.natural_share,
+                         100 * r.token_share);
+  }
+  return s;
+}
+
+absl::StatusOr<std::string> verify_shards(const std::string& dir, const std::string& tokenizer_dir) {
+  LM_ASSIGN_OR_RETURN(ShardSet set, ShardSet::open(dir, /*verify_checksum=*/true));
+  if (!tokenizer_dir.empty()) {
+    LM_ASSIGN_OR_RETURN(tokenizer::Tokenizer tok, tokenizer::Tokenizer::load(tokenizer_dir));
+    LM_RETURN_IF_ERROR(set.check_tokenizer(tok.hash(), tok.vocab_size()));
+  }
+  std::string s = absl::StrFormat("%s: %d shards verified (header, offsets, payload CRC, ids < vocab %d), "
+                                  "tokenizer %s\n",
+                                  dir, set.manifest().shards.size(), set.vocab_size(), set.tokenizer_hash());
+  for (const auto& d : set.datasets()) {
+    s += absl::StrFormat("  %-6s %-5s %3d shards %14d tokens\n", d.lang, d.split, d.shards.size(), d.tokens);
+  }
+  return s;
+}
+
+}  // namespace lm::data

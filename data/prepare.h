@@ -1,0 +1,52 @@
+// `lmtrain prepare`: corpus.json + a tokenizer -> shards/ (train and val token shards per
+// language, manifest.json with the per-language report). docs/data.md describes the output.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "core/status.h"
+#include "data/shard_set.h"
+
+namespace lm::data {
+
+struct PrepareOptions {
+  std::string corpus;     // corpus.json
+  std::string tokenizer;  // folder with spm.model + tokenizer.json
+  std::string out;        // shards folder (created)
+  double val_fraction = 0.005;         // share of documents (by content hash) held out per language
+  bool skip_invalid_utf8 = false;      // false: invalid UTF-8 is an error naming file:line
+  bool dedup = false;                  // drop exact duplicate documents
+  uint64_t shard_tokens = 1ull << 26;  // tokens per shard before a new one starts (128 MiB at 16 bit)
+  int threads = 0;                     // encoding threads (0 = all cores)
+  int64_t batch_bytes = 4 << 20;       // text per encode_batch call
+  template <class V>
+  void visit(V& v) {
+    v("corpus", corpus);
+    v("tokenizer", tokenizer);
+    v("out", out);
+    v("val_fraction", val_fraction);
+    v("skip_invalid_utf8", skip_invalid_utf8);
+    v("dedup", dedup);
+    v("shard_tokens", shard_tokens);
+    v("threads", threads);
+    v("batch_bytes", batch_bytes);
+  }
+};
+
+// True when a document goes to the validation split: a stable hash of its bytes, so the split is
+// the same on every run and machine, and duplicates always land on the same side.
+bool is_validation_doc(const std::string& doc, double val_fraction);
+
+// Runs the whole preparation; returns the manifest it wrote to out/manifest.json.
+absl::StatusOr<ShardManifest> prepare(const PrepareOptions& options);
+
+// Per-language table for people: documents, characters, tokens per split, tokens per character,
+// weight, natural and sampled token share.
+std::string format_report(const ShardManifest& manifest);
+
+// Re-opens every shard of `dir` with full verification (and, when `tokenizer_dir` is not empty,
+// checks the shards against that tokenizer); returns a summary or the first error.
+absl::StatusOr<std::string> verify_shards(const std::string& dir, const std::string& tokenizer_dir = "");
+
+}  // namespace lm::data

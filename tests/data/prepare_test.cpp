@@ -1,0 +1,190 @@
+// lmtrain prepare end to end on a small synthetic corpus with a tiny trained tokenizer.
+#include <filesystem>
+#include <fstream>
+#include <random>
+
+#include "core/file.h"
+#include "data/prepare.h"
+#include "data/sampler.h"
+#include "tests/data/test_util.h"
+#include "tokenizer/tokenizer.h"
+#include "tokenizer/train.h"
+
+namespace lm::data {
+namespace {
+
+namespace fs = std::filesystem;
+
+// Documents from two small word lists, deterministic for a seed.
+std::vector<std::string> make_docs(const std::vector<std::string>& words, int n, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::vector<std::string> docs;
+  for (int d = 0; d < n; ++d) {
+    std::string doc;
+    const int len = 5 + static_cast<int>(rng() % 40);
+    for (int w = 0; w < len; ++w) doc += (w ? " " : "") + words[rng() % words.size()];
+    docs.push_back(doc + " " + std::to_string(d));  // unique: no accidental duplicates
+  }
+  return docs;
+}
+
+class PrepareTest : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    dir_ = new testing::TempDir();
+    bn_ = make_docs({"আমার", "সোনার", "বাংলা", "আমি", "তোমায়", "ভালোবাসি", "চিরদিন", "তোমার", "আকাশ",
+                     "বাতাস", "প্রাণে", "বাজায়", "বাঁশি"},
+                    1200, 1);
+    en_ = make_docs({"the", "quick", "brown", "fox", "jumps", "over", "lazy", "dog", "while", "rivers",
+                     "flow", "to", "sea"},
+                    600, 2);
+    {
+      std::ofstream f(dir_->file("bn.txt"));
+      for (const auto& d : bn_) f << d << "\n";
+      f << "\n   \n";  // empty documents are dropped by the reader
+    }
+    {
+      std::ofstream f(dir_->file("en.jsonl"));
+      for (const auto& d : en_) f << Json{{"text", d}, {"id", 1}}.dump() << "\n";
+    }
+    std::ofstream(dir_->file("corpus.json"))
+        << R"({"sources": [{"paths": ["bn.txt"], "format": "lines", "lang": "bn", "weight": 3},
+                           {"paths": ["en.jsonl"], "format": "jsonl", "lang": "en", "weight": 1}]})";
+    tokenizer::TrainingSample sample;
+    sample.langs = {"bn", "en"};
+    for (const auto& d : bn_) sample.sentences.push_back(d), sample.sentence_lang.push_back(0);
+    for (const auto& d : en_) sample.sentences.push_back(d), sample.sentence_lang.push_back(1);
+    tokenizer::TrainOptions topt;
+    topt.vocab_size = 330;  // this sample needs >= 322 (required chars) and allows <= 335
+    topt.threads = 2;
+    topt.seed_sentencepiece_size = 20000;
+    tokenizer::SampleSummary summary;
+    auto tok = tokenizer::train_tokenizer(sample, topt, dir_->file("tok"), &summary);
+    if (!tok.ok()) error_ = std::string(tok.status().message());
+  }
+  void SetUp() override { ASSERT_TRUE(error_.empty()) << error_; }
+  static void TearDownTestSuite() { delete dir_; }
+
+  static PrepareOptions options(const std::string& out) {
+    PrepareOptions o;
+    o.corpus = dir_->file("corpus.json");
+    o.tokenizer = dir_->file("tok");
+    o.out = dir_->file(out);
+    o.val_fraction = 0.1;
+    o.threads = 2;
+    o.batch_bytes = 20000;  // many batches, so the reader/encoder hand-off is exercised
+    return o;
+  }
+
+  static testing::TempDir* dir_;
+  static std::string error_;
+  static std::vector<std::string> bn_, en_;
+};
+testing::TempDir* PrepareTest::dir_ = nullptr;
+std::string PrepareTest::error_;
+std::vector<std::string> PrepareTest::bn_, PrepareTest::en_;
+
+TEST_F(PrepareTest, ShardsHoldEveryDocumentWithEos) {
+  auto m = prepare(options("shards"));
+  LM_ASSERT_OK(m.status());
+  auto set = ShardSet::open(dir_->file("shards"));
+  LM_ASSERT_OK(set.status());
+  auto tok = tokenizer::Tokenizer::load(dir_->file("tok"));
+  LM_ASSERT_OK(tok.status());
+  LM_ASSERT_OK(set->check_tokenizer(tok->hash(), tok->vocab_size()));
+  EXPECT_EQ(set->languages("train"), (std::vector<std::string>{"bn", "en"}));
+  EXPECT_EQ(set->languages("val"), (std::vector<std::string>{"bn", "en"}));
+  EXPECT_EQ(set->weights().at("bn"), 3.0);
+
+  // Every document is in exactly one split, ends with EOS, and decodes back to a corpus document.
+  std::map<std::string, std::multiset<std::string>> decoded;
+  for (const auto& lang : {"bn", "en"}) {
+    for (const char* split : {"train", "val"}) {
+      for (const auto& r : set->readers(lang, split)) {
+        const auto offs = r.doc_offsets();
+        for (size_t d = 0; d + 1 < offs.size(); ++d) {
+          std::vector<int32_t> ids(offs[d + 1] - offs[d]);
+          r.copy(offs[d], ids.size(), ids.data());
+          ASSERT_EQ(ids.back(), tok->eos_id());
+          ids.pop_back();
+          EXPECT_EQ(std::count(ids.begin(), ids.end(), tok->eos_id()), 0);
+          decoded[lang].insert(tok->decode(ids));
+        }
+      }
+    }
+  }
+  EXPECT_EQ(decoded["bn"], std::multiset<std::string>(bn_.begin(), bn_.end()));
+  EXPECT_EQ(decoded["en"], std::multiset<std::string>(en_.begin(), en_.end()));
+
+  const LanguageReport& bn = m->languages.at("bn");
+  EXPECT_EQ(bn.docs, bn_.size());
+  EXPECT_EQ(bn.train_docs + bn.val_docs, bn_.size());
+  // Validation share: 10% by hash of 1200 docs; a binomial's sd is ~10 docs, allow ~4 sd.
+  EXPECT_NEAR(static_cast<double>(bn.val_docs), 120.0, 40.0);
+  EXPECT_DOUBLE_EQ(bn.token_share, 0.75);
+  EXPECT_EQ(bn.train_tokens, set->tokens("bn", "train"));
+  EXPECT_EQ(m->prepare.at("empty_dropped").get<int64_t>(), 2);
+  EXPECT_NE(format_report(*m).find("75.0%"), std::string::npos) << format_report(*m);
+
+  // The sampler reads it with the recorded weights.
+  SamplerConfig sc;
+  sc.batch = 2;
+  sc.seq_len = 16;
+  auto s = BatchSampler::create(*set, sc);
+  LM_ASSERT_OK(s.status());
+  EXPECT_DOUBLE_EQ(s->probability("bn"), 0.75);
+  auto v = validation_windows(*set, "en", 16, 4);
+  LM_ASSERT_OK(v.status());
+  EXPECT_EQ(v->size(), 4u);
+}
+
+TEST_F(PrepareTest, OutputIsIdenticalForAnyThreadCountAndSplitIsStable) {
+  PrepareOptions one = options("one");
+  one.threads = 1;
+  one.batch_bytes = 1 << 20;
+  PrepareOptions two = options("two");
+  two.shard_tokens = 1 << 30;
+  LM_ASSERT_OK(prepare(one).status());
+  LM_ASSERT_OK(prepare(two).status());
+  for (const auto& e : fs::directory_iterator(dir_->file("one"))) {
+    if (e.path().extension() != ".lmtok") continue;
+    const auto a = read_file(e.path().string());
+    const auto b = read_file(dir_->file("two/" + e.path().filename().string()));
+    LM_ASSERT_OK(b.status());
+    EXPECT_TRUE(*a == *b) << e.path();
+  }
+  EXPECT_EQ(is_validation_doc("some document", 0.5), is_validation_doc("some document", 0.5));
+  EXPECT_FALSE(is_validation_doc("some document", 0.0));
+}
+
+TEST_F(PrepareTest, ShardTokensSplitsIntoSeveralShards) {
+  PrepareOptions o = options("small");
+  o.shard_tokens = 2000;
+  auto m = prepare(o);
+  LM_ASSERT_OK(m.status());
+  auto set = ShardSet::open(o.out);
+  LM_ASSERT_OK(set.status());
+  EXPECT_GT(set->readers("bn", "train").size(), 3u);
+  for (const auto& r : set->all_readers()) {
+    // A shard closes at the first document that reaches the limit.
+    EXPECT_LT(r.size(), 2000u + 200u) << r.path();
+  }
+  auto sum = verify_shards(o.out, o.tokenizer);
+  LM_ASSERT_OK(sum.status());
+  EXPECT_NE(sum->find("verified"), std::string::npos);
+}
+
+TEST_F(PrepareTest, BadInputsAreClearErrors) {
+  PrepareOptions o = options("bad");
+  o.val_fraction = 1.5;
+  EXPECT_EQ(prepare(o).status().code(), absl::StatusCode::kInvalidArgument);
+  o = options("bad");
+  o.tokenizer = dir_->file("no-such-tok");
+  EXPECT_EQ(prepare(o).status().code(), absl::StatusCode::kNotFound);
+  o = options("bad");
+  o.corpus = dir_->file("no-such-corpus.json");
+  EXPECT_EQ(prepare(o).status().code(), absl::StatusCode::kNotFound);
+}
+
+}  // namespace
+}  // namespace lm::data
