@@ -40,7 +40,8 @@ shape=(--preset "$preset" --batch "$batch" --seq "$seq" --steps "$steps" --threa
 [[ "$heads" == 0 ]] || shape+=(--n-heads "$heads")
 
 mkdir -p "$here/results"
-lines="$(mktemp)"; trap 'rm -f "$lines"' EXIT
+# Raw lines go to a partial file first, so an interrupted run keeps what it measured.
+lines="$here/results/$(date -u +%Y%m%d-%H%M)-$label.partial.jsonl"; : > "$lines"
 echo "{\"meta\": true, \"label\": \"$label\", \"date\": \"$(date -u +%FT%TZ)\", \"host_cores\": $(nproc), \"load_before\": \"$(cut -d' ' -f1-3 /proc/loadavg)\", \"cpu\": \"$(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //')\"}" >> "$lines"
 echo "run.sh: $label (${shape[*]}), dtypes ${dtypes[*]}, $rounds rounds; load $(cut -d' ' -f1-3 /proc/loadavg)" >&2
 "$bench" --mode peak --threads "$threads" >> "$lines"
@@ -63,5 +64,6 @@ done
 echo "{\"meta\": true, \"load_after\": \"$(cut -d' ' -f1-3 /proc/loadavg)\"}" >> "$lines"
 out="$here/results/$(date -u +%Y%m%d-%H%M)-$label.json"
 "$py" "$here/summarize.py" "$lines" "$out" "$here/results/latest.md"
+rm -f "$lines"
 cat "$here/results/latest.md"
 echo "wrote $out and $here/results/latest.md" >&2
