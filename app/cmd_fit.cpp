@@ -54,6 +54,8 @@ absl::Status copy_tokenizer(const std::string& from, const std::string& run_dir)
 
 absl::Status run_fit(const FitOptions& o) {
   if (o.data.empty() || o.out.empty()) return absl::InvalidArgumentError("fit needs --data and --out");
+  // From here on SIGINT/SIGTERM only set a flag: the loop finishes its step and checkpoints.
+  install_stop_handlers();
   LM_ASSIGN_OR_RETURN(train::DistEnv env, train::dist_env_from_environment());
   std::unique_ptr<train::Comm> comm;
   if (env.active()) {
@@ -120,7 +122,6 @@ absl::Status run_fit(const FitOptions& o) {
     fs::create_directories(o.out, ec);
     LM_RETURN_IF_ERROR(copy_tokenizer(tok_dir, o.out));
   }
-  install_stop_handlers();
   LM_ASSIGN_OR_RETURN(train::FitSummary sum, train::fit(req, source, val));
   std::printf("%s\n", sum.summary().c_str());
   if (sum.stop_signal != 0) global_options().exit_code = 128 + sum.stop_signal;

@@ -1,0 +1,61 @@
+#!/usr/bin/env bash
+# Kill soak: train the tiny preset, kill -9 it at random moments (also during checkpoint
+# writes) KILLS times, resume each time, and require the final weights and the loss sequence
+# to be bit-identical to an uninterrupted run. Then SIGTERM: the run must finish its step,
+# checkpoint and exit 143 within a bounded time.
+#   tests/soak/kill_soak.sh BUILD_DIR [KILLS=20] [STEPS=300]
+set -euo pipefail
+BUILD=${1:?build dir}; KILLS=${2:-20}; STEPS=${3:-300}
+LMTRAIN="$BUILD/app/lmtrain"
+ROOT=$(cd "$(dirname "$0")/../.." && pwd)
+W=$(mktemp -d /tmp/lm_soak.XXXXXX)
+trap 'rm -rf "$W"' EXIT
+export CI=true
+Q="--threads 1 -q"
+"$LMTRAIN" tokenizer --corpus "$ROOT/data/sample/corpus.json" --vocab-size 512 --out "$W/tok" $Q >/dev/null
+"$LMTRAIN" prepare --corpus "$ROOT/data/sample/corpus.json" --tokenizer "$W/tok" --out "$W/shards" $Q >/dev/null
+cat > "$W/run.json" <<JSON
+{"train": {"steps": $STEPS, "micro_batch": 4, "seq_len": 64, "warmup_steps": 10, "log_interval": 1,
+           "checkpoint_interval": 7, "keep_last": 2, "eval_interval": 0}}
+JSON
+FIT=("$LMTRAIN" fit --data "$W/shards" --preset tiny --config "$W/run.json" $Q)
+
+"${FIT[@]}" --out "$W/ref" >/dev/null
+kills=0; attempts=0
+"${FIT[@]}" --out "$W/soak" --stop-at-step 1 >/dev/null   # creates the run folder
+while :; do
+  "${FIT[@]}" --out "$W/soak" --resume >/dev/null 2>&1 &
+  pid=$!
+  if [ "$kills" -lt "$KILLS" ]; then
+    # A random moment in the next ~1.5 s: start-up, mid-step, or inside a checkpoint write.
+    sleep "$(awk -v s=$RANDOM 'BEGIN{srand(s); printf "%.3f", 0.15 + rand()*1.5}')"
+    if kill -9 "$pid" 2>/dev/null; then kills=$((kills+1)); fi
+    wait "$pid" 2>/dev/null || true
+  else
+    wait "$pid"
+  fi
+  attempts=$((attempts+1))
+  [ -f "$W/soak/latest" ] && grep -q "step-$(printf %08d "$STEPS")" "$W/soak/latest" && break
+  [ "$attempts" -gt $((KILLS * 4 + 10)) ] && { echo "soak: no progress after $attempts starts"; exit 1; }
+done
+ref_ck="$W/ref/checkpoints/$(cat "$W/ref/latest")"; soak_ck="$W/soak/checkpoints/$(cat "$W/soak/latest")"
+cmp "$ref_ck/model.safetensors" "$soak_ck/model.safetensors" || { echo "soak: final weights differ"; exit 1; }
+cmp "$ref_ck/optimizer.safetensors" "$soak_ck/optimizer.safetensors" || { echo "soak: optimizer state differs"; exit 1; }
+extract() { /usr/bin/python3 -c 'import json,sys
+for l in open(sys.argv[1]):
+    d=json.loads(l); print(d["step"], d["loss"].hex())' "$1"; }
+diff <(extract "$W/ref/metrics.jsonl") <(extract "$W/soak/metrics.jsonl") >/dev/null || { echo "soak: loss sequences differ"; exit 1; }
+echo "soak: $kills kills (kill -9 at random moments), $attempts starts: final weights, optimizer state and $STEPS losses bit-identical"
+
+# SIGTERM: finish the step, checkpoint, exit 143.
+"${FIT[@]}" --out "$W/term" >/dev/null 2>&1 &
+pid=$!
+for _ in $(seq 100); do [ -s "$W/term/metrics.jsonl" ] && break; sleep 0.1; done  # training has begun
+t0=$(date +%s.%N); kill -TERM "$pid"; set +e; wait "$pid"; rc=$?; set -e; t1=$(date +%s.%N)
+[ "$rc" = 143 ] || { echo "sigterm: exit code $rc, expected 143"; exit 1; }
+step=$(sed 's/step-0*//' "$W/term/latest")
+echo "sigterm: exit 143 after $(awk -v a=$t0 -v b=$t1 'BEGIN{printf "%.2f", b-a}') s with a checkpoint at step $step"
+"${FIT[@]}" --out "$W/term" --resume >/dev/null
+cmp "$ref_ck/model.safetensors" "$W/term/checkpoints/$(cat "$W/term/latest")/model.safetensors" || { echo "sigterm: resumed weights differ"; exit 1; }
+echo "sigterm: resumed run bit-identical to the uninterrupted one"
+echo "1 passed, 0 failed"
