@@ -37,11 +37,16 @@ void add_check(CLI::App& app, Registry& reg);
 void add_tokenizer(CLI::App& app, Registry& reg);
 void add_prepare(CLI::App& app, Registry& reg);
 void add_fit(CLI::App& app, Registry& reg);
+// Returns the exit code when `fit --nproc N` launched N local ranks, else -1.
+int maybe_launch_fit(int argc, char** argv);
 void add_demo(CLI::App& app, Registry& reg);
 void add_plan(CLI::App& app, Registry& reg);
+void add_export(CLI::App& app, Registry& reg);  // HF Llama folder
+void add_report(CLI::App& app, Registry& reg);  // report.html
 
 // lmeval
 void add_nll(CLI::App& app, Registry& reg);
 void add_mc(CLI::App& app, Registry& reg);
+void add_sample(CLI::App& app, Registry& reg);  // generation with the KV cache
 
 }  // namespace lm::app

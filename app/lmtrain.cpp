@@ -12,9 +12,15 @@ int main(int argc, char** argv) {
       "  lmtrain prepare --corpus corpus.json --tokenizer tok/ --out shards/\n"
       "  lmtrain fit --data shards/ --preset small --out runs/demo\n"
       "Exit codes: 0 ok, 1 runtime failure, 2 bad usage or input, 128+N after signal N.");
+  if (int rc = lm::app::maybe_launch_fit(argc, argv); rc >= 0) return rc;
   lm::app::Registry reg;
+  lm::app::add_demo(app, reg);
   lm::app::add_check(app, reg);
+  lm::app::add_fit(app, reg);
   lm::app::add_tokenizer(app, reg);
+  lm::app::add_prepare(app, reg);
   lm::app::add_plan(app, reg);
+  lm::app::add_export(app, reg);
+  lm::app::add_report(app, reg);
   return lm::app::run_main(app, reg, argc, argv);
 }
