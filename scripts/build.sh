@@ -6,5 +6,7 @@ cd "$(dirname "$0")/.."
 bash scripts/setup.sh
 BUILD_DIR=${BUILD_DIR:-build}
 JOBS=${JOBS:-$(nproc)}
+# Relative paths in ccache keys: a fresh clone (CI) reuses the cache of earlier builds.
+export CCACHE_BASEDIR=${CCACHE_BASEDIR:-$PWD}
 cmake -S . -B "$BUILD_DIR" -G Ninja "$@" > "$BUILD_DIR.cmake.log" 2>&1 || { cat "$BUILD_DIR.cmake.log"; exit 1; }
 ninja -C "$BUILD_DIR" -j "$JOBS" ${TARGETS:-}
