@@ -123,7 +123,7 @@ absl::Status run_fit(const FitOptions& o) {
     LM_RETURN_IF_ERROR(copy_tokenizer(tok_dir, o.out));
   }
   LM_ASSIGN_OR_RETURN(train::FitSummary sum, train::fit(req, source, val));
-  std::printf("%s\n", sum.summary().c_str());
+  if (env.rank == 0) std::printf("%s\n", sum.summary().c_str());
   if (sum.stop_signal != 0) global_options().exit_code = 128 + sum.stop_signal;
   return absl::OkStatus();
 }

@@ -314,7 +314,7 @@ absl::StatusOr<FitSummary> fit(const FitRequest& req_in, BatchSource& source, co
       tokens_at_log = tokens;
       // The first interval includes warm-up (allocator, oneDNN primitives): keep it out of the median.
       if (step > tc.log_interval || step == tc.steps) rates.push_back(rate);
-      const double mfu = peak.flops > 0 ? rate * flops_per_token / peak.flops : 0;
+      const double mfu = peak.flops > 0 ? rate * flops_per_token / (peak.flops * req.world_size) : 0;
       if (rates.size() >= 5 && rate < tc.sentinel_fraction * median(rates) && !sentinel_warned) {
         log_warn("throughput sentinel: %.0f tok/s is below %.0f%% of this run's median %.0f tok/s "
                  "(another process on the machine? thermal throttling? a slow data path?)",
@@ -363,7 +363,8 @@ absl::StatusOr<FitSummary> fit(const FitRequest& req_in, BatchSource& source, co
   sum.tokens = tokens;
   sum.seconds = since(t_start);
   sum.tokens_per_s = sum.seconds > 0 ? static_cast<double>((step - sum.start_step) * step_tokens) / sum.seconds : 0;
-  sum.mfu = peak.flops > 0 ? sum.tokens_per_s * flops_per_token / peak.flops : 0;
+  // Every rank brings its own device: MFU is against world_size times one peak.
+  sum.mfu = peak.flops > 0 ? sum.tokens_per_s * flops_per_token / (peak.flops * req.world_size) : 0;
   sum.final_loss = last_loss;
   return sum;
 }
