@@ -13,7 +13,15 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <memory>
+#include <unordered_map>
 #include <random>
+
+#include <torch/version.h>
+#if TORCH_VERSION_MAJOR < 2
+#include <torch/csrc/autograd/profiler_legacy.h>
+#define LM_BENCH_PROFILER 1
+#endif
 
 #include "core/config.h"
 #include "core/log.h"
@@ -60,6 +68,44 @@ double steady_rate(const std::string& metrics_path) {
   if (marks.size() < 2) return marks.empty() ? 0 : marks.back().first / marks.back().second;
   return (marks.back().first - marks.front().first) / (marks.back().second - marks.front().second);
 }
+#ifdef LM_BENCH_PROFILER
+// Records every ATen op with its input shapes (the legacy CPU profiler, as Python's
+// torch.autograd.profiler does on this build, which has no Kineto) and writes complete events
+// as a chrome trace: bench/profile_summary.py aggregates self time by op and shape.
+class ShapeProfile {
+ public:
+  explicit ShapeProfile(std::string path)
+      : path_(std::move(path)),
+        guard_(torch::profiler::impl::ProfilerConfig(torch::profiler::impl::ProfilerState::CPU,
+                                                     /*report_input_shapes=*/true),
+               [this](const torch::autograd::profiler::thread_event_lists& lists) { write(lists); }) {}
+
+ private:
+  void write(const torch::autograd::profiler::thread_event_lists& lists) {
+    using torch::autograd::profiler::EventKind;
+    lm::Json out = lm::Json::array();
+    for (const auto& list : lists) {
+      std::unordered_map<uint64_t, const torch::autograd::profiler::LegacyEvent*> open;
+      for (const auto& e : list) {
+        if (e.kind() == EventKind::PushRange) {
+          open[e.handle()] = &e;
+        } else if (e.kind() == EventKind::PopRange) {
+          auto it = open.find(e.handle());
+          if (it == open.end()) continue;
+          const auto* b = it->second;
+          out.push_back({{"ph", "X"}, {"name", b->name()}, {"ts", b->cpuUs()},
+                         {"dur", b->cpuElapsedUs(e)}, {"tid", b->threadId()},
+                         {"args", {{"shapes", b->shapes()}}}});
+          open.erase(it);
+        }
+      }
+    }
+    std::ofstream(path_) << out.dump();
+  }
+  std::string path_;
+  torch::autograd::profiler::TLSLegacyProfilerGuard guard_;
+};
+#endif
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -79,6 +125,10 @@ int main(int argc, char** argv) {
   app.add_option("--device", device);
   app.add_option("--threads", threads);
   app.add_option("--peak-n", peak_n, "matmul size of --mode peak");
+  std::string profile;
+  app.add_option("--profile", profile,
+                 "write a chrome trace of the whole run (legacy autograd profiler); "
+                 "bench/profile_summary.py aggregates it by op and shape");
   CLI11_PARSE(app, argc, argv);
   lm::init_output(true);
   const int nthreads = lm::setup_threads(threads);
@@ -106,6 +156,13 @@ int main(int argc, char** argv) {
     return 0;
   }
   double rate = 0, final_loss = 0, first_loss = 0;
+#ifdef LM_BENCH_PROFILER
+  std::unique_ptr<ShapeProfile> prof;
+  if (!profile.empty()) prof = std::make_unique<ShapeProfile>(profile);
+#else
+  if (!profile.empty()) { std::fprintf(stderr, "--profile needs LibTorch 1.x's legacy profiler\n"); return 2; }
+  struct { void reset() {} } prof;
+#endif
   if (mode == "forward") {
     torch::manual_seed(1234);
     lm::model::Transformer model(mc);
@@ -146,6 +203,7 @@ int main(int argc, char** argv) {
     final_loss = sum->final_loss;
     first_loss = sum->losses.empty() ? 0 : sum->losses.front();
   }
+  prof.reset();  // writes the trace
   std::printf("{\"impl\": \"lmforge\", \"preset\": \"%s\", \"dtype\": \"%s\", \"mode\": \"%s\", \"batch\": %ld, "
               "\"seq\": %ld, \"steps\": %ld, \"threads\": %d, \"tokens_per_s\": %.1f, \"flops_per_token\": %.6g, "
               "\"params\": %ld, \"peak_rss_mb\": %.1f, \"final_loss\": %.4f, \"first_loss\": %.4f}\n",

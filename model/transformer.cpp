@@ -1,5 +1,6 @@
 #include "model/transformer.h"
 
+#include <ATen/autocast_mode.h>
 #include <torch/version.h>
 
 #include <cmath>
@@ -78,9 +79,114 @@ torch::Tensor fused_attention(const torch::Tensor& q, const torch::Tensor& k,
                   .triu(1);                                      // [T, T], broadcast over B*H
   auto q3 = q.reshape({B * H, T, D}), k3 = k.reshape({B * H, T, D}), v3 = v.reshape({B * H, T, D});
   auto scores = torch::baddbmm(bias, q3, k3.transpose(1, 2), /*beta=*/1.0, /*alpha=*/scale);
-  auto probs = torch::softmax(scores, -1, torch::kFloat32).to(q.scalar_type());
+  // Softmax in the scores' own dtype: ATen's CPU kernel accumulates bf16 rows in fp32 and rounds
+  // once, the same values as softmax(scores, kFloat32).to(bf16) without the two conversion
+  // passes forward and the two backward (docs/performance.md, profile).
+  auto probs = torch::softmax(scores, -1);
   return torch::bmm(probs, v3).view({B, H, T, D});
 #endif
+}
+
+namespace {
+
+// The dtype matmuls run in on h's device: the autocast dtype when autocast is on there.
+torch::ScalarType compute_dtype(const torch::Tensor& h) {
+#if TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 4)
+  const auto dev = h.device().type();
+  if (at::autocast::is_autocast_enabled(dev)) return at::autocast::get_autocast_dtype(dev);
+#else
+  if (h.is_cuda() && at::autocast::is_enabled()) return at::autocast::get_autocast_gpu_dtype();
+  if (h.is_cpu() && at::autocast::is_cpu_enabled()) return at::autocast::get_autocast_cpu_dtype();
+#endif
+  return h.scalar_type();
+}
+
+int64_t lce_chunk_rows(const torch::Tensor& h, int64_t vocab, int64_t requested) {
+  if (requested > 0) return requested;
+  const int64_t budget = h.is_cpu() ? (int64_t{4} << 20) : (int64_t{1} << 30);  // fp32 bytes
+  return std::max<int64_t>(64, budget / (4 * vocab));
+}
+
+// Sum over rows of -log softmax(hc · wcᵀ)[target], chunk by chunk; when `grad` is given, also
+// writes d(sum/N)/d(logits) into it ([N, V], hc's dtype).
+torch::Tensor lce_chunks(const torch::Tensor& hc, const torch::Tensor& wc, const torch::Tensor& targets,
+                         int64_t chunk, torch::Tensor* grad) {
+  const int64_t N = hc.size(0);
+  const double inv_n = 1.0 / static_cast<double>(N);
+  auto total = torch::zeros({}, hc.options().dtype(torch::kFloat32));
+  for (int64_t s = 0; s < N; s += chunk) {
+    const int64_t n = std::min(chunk, N - s);
+    auto logits = torch::mm(hc.narrow(0, s, n), wc.t());         // [n, V], compute dtype
+    auto logp = torch::log_softmax(logits, -1, torch::kFloat32);  // fp32
+    auto t = targets.narrow(0, s, n).unsqueeze(1);                // [n, 1]
+    total.sub_(logp.gather(1, t).sum());
+    if (grad != nullptr) {
+      auto p = logp.exp_();                                       // softmax, in place
+      p.scatter_add_(1, t, torch::full({n, 1}, -1.0, p.options()));
+      auto out = grad->narrow(0, s, n);
+      if (out.scalar_type() == torch::kFloat32) {
+        torch::mul_out(out, p, inv_n);
+      } else {
+        out.copy_(p.mul_(inv_n));
+      }
+    }
+  }
+  return total.mul_(inv_n);
+}
+
+struct LinearCrossEntropy : public torch::autograd::Function<LinearCrossEntropy> {
+  static torch::Tensor forward(torch::autograd::AutogradContext* ctx, const torch::Tensor& h,
+                               const torch::Tensor& w, const torch::Tensor& targets, int64_t chunk) {
+    const auto dt = compute_dtype(h);
+    // The casts and matmuls below are chosen here; autocast must not re-cast inside.
+    c10::impl::ExcludeDispatchKeyGuard no_autocast(c10::autocast_dispatch_keyset);
+    auto hc = h.to(dt).contiguous();
+    auto wc = w.to(dt).contiguous();
+    auto grad = torch::empty({hc.size(0), wc.size(0)}, hc.options());
+    auto loss = lce_chunks(hc, wc, targets, chunk, &grad);
+    ctx->save_for_backward({hc, wc, grad});
+    ctx->saved_data["h_dtype"] = static_cast<int64_t>(h.scalar_type());
+    ctx->saved_data["w_dtype"] = static_cast<int64_t>(w.scalar_type());
+    return loss;
+  }
+
+  static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
+                                                 torch::autograd::variable_list grad_out) {
+    auto saved = ctx->get_saved_variables();
+    const auto& hc = saved[0];
+    const auto& wc = saved[1];
+    const auto& g = saved[2];
+    const auto go = grad_out[0].to(torch::kFloat32);
+    const auto h_dtype = static_cast<torch::ScalarType>(ctx->saved_data["h_dtype"].toInt());
+    const auto w_dtype = static_cast<torch::ScalarType>(ctx->saved_data["w_dtype"].toInt());
+    auto gh = torch::mm(g, wc).to(h_dtype).mul_(go);      // [N, C]
+    auto gw = torch::mm(g.t(), hc).to(w_dtype).mul_(go);  // [V, C]
+    return {gh, gw, torch::Tensor(), torch::Tensor()};
+  }
+};
+
+}  // namespace
+
+torch::Tensor linear_cross_entropy(const torch::Tensor& h, const torch::Tensor& w,
+                                   const torch::Tensor& targets, int64_t chunk_rows) {
+  TORCH_CHECK(h.dim() == 2 && w.dim() == 2 && h.size(1) == w.size(1), "linear_cross_entropy: h ",
+              h.sizes(), " and w ", w.sizes(), " do not match");
+  TORCH_CHECK(targets.dim() == 1 && targets.size(0) == h.size(0), "linear_cross_entropy: targets ",
+              targets.sizes(), " for h ", h.sizes());
+  const int64_t chunk = lce_chunk_rows(h, w.size(0), chunk_rows);
+  auto t = targets.to(torch::kInt64);
+  if (torch::GradMode::is_enabled() && (h.requires_grad() || w.requires_grad())) {
+    return LinearCrossEntropy::apply(h, w, t, chunk);
+  }
+  const auto dt = compute_dtype(h);
+  c10::impl::ExcludeDispatchKeyGuard no_autocast(c10::autocast_dispatch_keyset);
+  return lce_chunks(h.to(dt).contiguous(), w.to(dt).contiguous(), t, chunk, nullptr);
+}
+
+torch::Tensor reference_linear_cross_entropy(const torch::Tensor& h, const torch::Tensor& w,
+                                             const torch::Tensor& targets) {
+  auto logits = F::linear(h, w);
+  return F::nll_loss(torch::log_softmax(logits, -1, torch::kFloat32), targets.to(torch::kInt64));
 }
 
 AttentionImpl::AttentionImpl(const ModelConfig& cfg)
@@ -261,11 +367,12 @@ torch::Tensor TransformerImpl::loss(const torch::Tensor& window) {
   const int64_t T = window.size(1) - 1;
   auto inputs = window.narrow(1, 0, T);
   auto targets = window.narrow(1, 1, T);
-  auto logits = forward(inputs);  // [B, T, V]
-  // cross_entropy is nll_loss(log_softmax(x)) in ATen; asking log_softmax for fp32 output
-  // saves a separate fp32 copy of the [B*T, V] bf16 logits (and its backward). fp32: identical.
-  auto logp = torch::log_softmax(logits.reshape({-1, logits.size(-1)}), -1, torch::kFloat32);
-  return F::nll_loss(logp, targets.reshape({-1}));
+  auto h = hidden(inputs);  // [B, T, C]
+  const auto& w = lm_head ? lm_head->weight : model->embed_tokens->weight;
+  // The LM head and the loss in one chunked pass (linear_cross_entropy): the [B*T, V] logits,
+  // their fp32 log-probabilities and the autograd graph over them were the largest memory
+  // traffic of a CPU step (docs/performance.md).
+  return linear_cross_entropy(h.reshape({-1, h.size(-1)}), w, targets.reshape({-1}));
 }
 
 torch::Tensor TransformerImpl::forward_cached(const torch::Tensor& tokens, KVCache& cache) {

@@ -40,6 +40,18 @@ torch::Tensor reference_attention(const torch::Tensor& q, const torch::Tensor& k
 // scaled_dot_product_attention on LibTorch >= 2; the reference on 1.13.
 torch::Tensor fused_attention(const torch::Tensor& q, const torch::Tensor& k,
                               const torch::Tensor& v);
+// Mean next-token cross-entropy of logits = h · wᵀ, without materialising the [N, V] logits
+// for autograd: rows are processed in chunks that stay in cache, the log-softmax runs in fp32,
+// and the gradient of the logits ((softmax - onehot) / N, in the compute dtype) is formed in the
+// same pass, so the backward is two matmuls. h: [N, C], w: [V, C], targets: [N] int64.
+// Compute dtype: the autocast dtype when autocast is on for h's device, else h's dtype.
+// chunk_rows 0 picks ~4 MB of fp32 logits per chunk on CPU, 1 GB on GPUs.
+torch::Tensor linear_cross_entropy(const torch::Tensor& h, const torch::Tensor& w,
+                                   const torch::Tensor& targets, int64_t chunk_rows = 0);
+// The reference it must equal: nll_loss(log_softmax(h · wᵀ in fp32)).
+torch::Tensor reference_linear_cross_entropy(const torch::Tensor& h, const torch::Tensor& w,
+                                             const torch::Tensor& targets);
+
 // True when fused_attention really is a different kernel from the reference.
 bool fused_attention_available();
 
