@@ -3,6 +3,8 @@
 #include <ATen/autocast_mode.h>
 #include <torch/torch.h>
 
+#include <cmath>
+
 #include "model/config.h"
 #include "model/transformer.h"
 
@@ -78,6 +80,20 @@ TEST(FastPaths, LinearCrossEntropyMatchesReferenceUnderBf16Autocast) {
   EXPECT_NEAR(got.item<double>(), ref.item<double>(), 1e-4 * ref.item<double>());
   EXPECT_LT(rel(c.h.grad(), rh), 1e-2);
   EXPECT_LT(rel(c.w.grad(), rw), 1e-2);
+}
+
+TEST(FastPaths, LinearCrossEntropyIsExactWhereTheTargetProbabilityUnderflows) {
+  // Rows whose target logit is ~200 below the best one: p[target] underflows fp32, so the loss
+  // must come from the exact log-softmax fallback (finite, equal to the reference), not -log(0).
+  auto c = lce_case(64, 8, 40);
+  torch::NoGradGuard no_grad;
+  auto h = c.h.clone();
+  h.narrow(0, 0, 5).mul_(300.0);  // huge logits for 5 rows
+  auto ref = reference_linear_cross_entropy(h, c.w, c.t).item<double>();
+  auto got = linear_cross_entropy(h, c.w, c.t, 16).item<double>();
+  ASSERT_TRUE(std::isfinite(got));
+  ASSERT_GT(ref, 5.0);  // the case really is extreme
+  EXPECT_NEAR(got, ref, 1e-5 * ref);
 }
 
 TEST(FastPaths, LinearCrossEntropyWithoutGradIsTheSameLoss) {
