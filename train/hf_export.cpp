@@ -23,16 +23,52 @@ std::string fmt_num(const Json& j, const char* key, const char* f = "%.4f") {
   return absl::StrFormat(f, j[key].get<double>());
 }
 
-// Markdown tables of eval/nll.json and eval/mc.json; the layout is the eval engineer's, so
-// read it loosely: any object of objects becomes rows.
+const Json* at(const Json& j, std::initializer_list<const char*> path) {
+  const Json* p = &j;
+  for (const char* k : path) {
+    if (!p->is_object() || !p->contains(k)) return nullptr;
+    p = &(*p)[k];
+  }
+  return p;
+}
+
+// A number at `path` as the card prints it ("%.4f"; "–" when absent); tests compare with this.
+std::string num_at(const Json& j, std::initializer_list<const char*> path, const char* f = "%.4f") {
+  const Json* p = at(j, path);
+  if (!p || !p->is_number()) return "–";
+  return absl::StrFormat(f, p->get<double>());
+}
+
+// Markdown tables of eval/nll.json and eval/mc.json (layout: docs/eval.md "Result JSON"); every
+// number is copied from the JSON (rounded to 4 decimals), nothing is recomputed here.
 std::string eval_tables(const std::string& run_dir) {
   std::string out;
-  for (const char* name : {"nll", "mc"}) {
-    const fs::path p = fs::path(run_dir) / "eval" / (std::string(name) + ".json");
-    if (!fs::exists(p)) continue;
-    auto j = read_json_file(p.string());
-    if (!j.ok()) continue;
-    out += absl::StrFormat("\n### eval/%s.json\n\n```json\n%s\n```\n", name, j->dump(2));
+  auto load = [&](const char* name) -> absl::StatusOr<Json> {
+    const fs::path p = fs::path(run_dir) / "eval" / name;
+    if (!fs::exists(p)) return absl::NotFoundError(p.string());
+    return read_json_file(p.string());
+  };
+  if (auto j = load("nll.json"); j.ok() && at(*j, {"languages"}) && (*j)["languages"].is_object()) {
+    out += absl::StrFormat("\nHeld-out NLL at step %s (`eval/nll.json`; twin = the same architecture at its random "
+                           "initialization):\n\n| language | tokens | nats/token | twin nats/token | twin − model | "
+                           "bits/byte | twin bits/byte |\n|---|---|---|---|---|---|---|\n",
+                           at(*j, {"step"}) ? (*j)["step"].dump() : "?");
+    for (auto& [lang, v] : (*j)["languages"].items())
+      out += absl::StrFormat("| %s | %s | %s | %s | %s | %s | %s |\n", lang, num_at(v, {"model", "tokens"}, "%.0f"),
+                             num_at(v, {"model", "nats_per_token"}), num_at(v, {"twin", "nats_per_token"}),
+                             num_at(v, {"twin_minus_model", "nats_per_token"}), num_at(v, {"model", "bits_per_byte"}),
+                             num_at(v, {"twin", "bits_per_byte"}));
+  }
+  if (auto j = load("mc.json"); j.ok() && at(*j, {"tasks"}) && (*j)["tasks"].is_object()) {
+    out += absl::StrFormat("\nZero-shot multiple choice at step %s (`eval/mc.json`; acc ± stderr, p: exact McNemar "
+                           "model vs twin):\n\n| task | n | chance | acc | ± | twin acc | acc_norm | twin acc_norm | p |"
+                           "\n|---|---|---|---|---|---|---|---|---|\n",
+                           at(*j, {"step"}) ? (*j)["step"].dump() : "?");
+    for (auto& [task, v] : (*j)["tasks"].items())
+      out += absl::StrFormat("| %s | %s | %s | %s | %s | %s | %s | %s | %s |\n", task, num_at(v, {"n"}, "%.0f"),
+                             num_at(v, {"chance"}), num_at(v, {"acc"}), num_at(v, {"acc_stderr"}),
+                             num_at(v, {"twin", "acc"}), num_at(v, {"acc_norm"}), num_at(v, {"twin", "acc_norm"}),
+                             num_at(v, {"paired_acc", "p_value"}));
   }
   return out;
 }

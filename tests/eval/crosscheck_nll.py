@@ -1,9 +1,9 @@
 #!/usr/bin/python3
 """Independent cross-check of `lmeval nll` with Python PyTorch (Debian's python3-torch).
 
-Reads the run's model.safetensors itself (JSON header + torch.frombuffer), reimplements the
-Llama forward pass in float64 (RMSNorm, rotate_half RoPE as model/transformer.cpp, causal
-attention with grouped-query repeat_interleave, SwiGLU, tied or untied head) and compares the
+Reads the run's model.safetensors itself (JSON header + torch.frombuffer), runs the reference
+Llama forward of tests/llama_ref.py in float64 (RMSNorm, rotate_half RoPE, causal attention with
+grouped-query repeat_kv, SwiGLU, tied or untied head; shared with tests/export) and compares the
 per-token NLL with the JSON that `lmeval nll --dump-tokens` writes. Tolerance 1e-4 nats: lmeval
 runs in fp32 (~1e-6 relative per op over a few layers); a wrong convention (RoPE halves vs
 interleaved, missing norm, GQA order) moves NLLs by 1e-2 or more.
@@ -14,11 +14,11 @@ tests) and runs lmeval itself, so ctest needs no other set-up. Exit 77 (ctest SK
 """
 import argparse
 import json
-import math
 import os
-import struct
 import subprocess
 import sys
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))  # tests/llama_ref.py
 
 try:
     import torch
@@ -26,70 +26,13 @@ except ImportError:
     print("SKIP: /usr/bin/python3 has no torch (apt install python3-torch)")
     sys.exit(77)
 
-DTYPES = {"F32": torch.float32, "F16": torch.float16, "BF16": torch.bfloat16, "F64": torch.float64}
-
-
-def load_safetensors(path):
-    with open(path, "rb") as f:
-        data = f.read()
-    (n,) = struct.unpack("<Q", data[:8])
-    header = json.loads(data[8:8 + n])
-    base = 8 + n
-    out = {}
-    for name, info in header.items():
-        if name == "__metadata__":
-            continue
-        start, end = info["data_offsets"]
-        buf = bytearray(data[base + start:base + end])
-        t = torch.frombuffer(buf, dtype=DTYPES[info["dtype"]]) if end > start else torch.zeros(0)
-        out[name] = t.reshape(info["shape"]).to(torch.float64)
-    return out
-
-
-def rms_norm(x, w, eps):
-    return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps) * w
-
-
-def rotate_half(x):
-    half = x.shape[-1] // 2
-    return torch.cat([-x[..., half:], x[..., :half]], dim=-1)
+import llama_ref  # noqa: E402
 
 
 def forward(w, cfg, tokens, broken=""):
-    """tokens: list of ids -> logits [T, V] (float64)."""
-    T = len(tokens)
-    H, Hkv = cfg["n_heads"], cfg["n_kv_heads"]
-    D = cfg["d_model"] // H
-    eps = cfg["norm_eps"]
-    inv = cfg["rope_theta"] ** (-torch.arange(0, D, 2, dtype=torch.float64) / D)
-    freqs = torch.outer(torch.arange(T, dtype=torch.float64), inv)
-    emb = torch.cat([freqs, freqs], dim=-1)
-    if broken == "rope":  # interleaved pairs instead of halves
-        emb = freqs.repeat_interleave(2, dim=-1)
-    cos, sin = emb.cos(), emb.sin()
-    mask = torch.triu(torch.ones(T, T, dtype=torch.bool), 1)
-    x = w["model.embed_tokens.weight"][torch.tensor(tokens)]
-    for layer in range(cfg["n_layers"]):
-        p = f"model.layers.{layer}."
-        h = rms_norm(x, w[p + "input_layernorm.weight"], eps)
-        q = (h @ w[p + "self_attn.q_proj.weight"].T).view(T, H, D).transpose(0, 1)
-        k = (h @ w[p + "self_attn.k_proj.weight"].T).view(T, Hkv, D).transpose(0, 1)
-        v = (h @ w[p + "self_attn.v_proj.weight"].T).view(T, Hkv, D).transpose(0, 1)
-        q = q * cos + rotate_half(q) * sin
-        k = k * cos + rotate_half(k) * sin
-        k = k.repeat_interleave(H // Hkv, dim=0)
-        v = v.repeat_interleave(H // Hkv, dim=0)
-        att = (q @ k.transpose(-1, -2)) / math.sqrt(D)
-        att = torch.softmax(att.masked_fill(mask, float("-inf")), dim=-1)
-        y = (att @ v).transpose(0, 1).reshape(T, H * D)
-        x = x + y @ w[p + "self_attn.o_proj.weight"].T
-        h = rms_norm(x, w[p + "post_attention_layernorm.weight"], eps)
-        gate = h @ w[p + "mlp.gate_proj.weight"].T
-        up = h @ w[p + "mlp.up_proj.weight"].T
-        x = x + (torch.nn.functional.silu(gate) * up) @ w[p + "mlp.down_proj.weight"].T
-    x = rms_norm(x, w["model.norm.weight"], eps)
-    head = w.get("lm_head.weight", w["model.embed_tokens.weight"])
-    return x @ head.T
+    """tokens: list of ids -> logits [T, V] in float64 (tests/llama_ref.py, shared with the export check)."""
+    ids = torch.tensor(tokens, dtype=torch.int64)[None]
+    return llama_ref.forward(w, cfg, ids, rope="interleaved" if broken == "rope" else "half")[0]
 
 
 def checkpoint_path(run, step):
@@ -125,7 +68,7 @@ def main():
         ap.error("give --run and --dump, or --work with --eval-test and --lmeval")
 
     cfg = json.load(open(os.path.join(run, "config.json")))["model"]
-    weights = load_safetensors(checkpoint_path(run, a.step))
+    weights = {k: v.to(torch.float64) for k, v in llama_ref.load_safetensors(checkpoint_path(run, a.step)).items()}
     d = json.load(open(dump))
     worst, n = 0.0, 0
     with torch.no_grad():

@@ -5,6 +5,9 @@
 #include <cstdlib>
 #include <filesystem>
 #include <set>
+#include <sstream>
+
+#include "absl/strings/str_format.h"
 
 #include "core/config.h"
 #include "core/file.h"
@@ -18,6 +21,9 @@
 #include "train/optim.h"
 #include "train/report.h"
 #include "train/trainer.h"
+#include "data/corpus.h"
+#include "tokenizer/tokenizer.h"
+#include "tokenizer/train.h"
 
 #define LM_ASSERT_OK(expr)                         \
   do {                                             \
@@ -140,6 +146,32 @@ TEST_F(ExportTest, GreedyWithCacheEqualsWithoutTokenForToken) {
   EXPECT_GT(distinct.size(), 1u);  // not a degenerate constant stream
 }
 
+TEST_F(ExportTest, GenerationStopsAtEosAndAtTheContext) {
+  auto cfg = tiny();
+  cfg.init_std = 0.5;
+  model::Transformer m(cfg);
+  m->init_weights(5);
+  model::SampleOptions o;
+  o.max_new_tokens = 60;
+  const std::vector<int32_t> prompt = {1, 17, 99, 230, 4, 77};
+  const auto free_run = model::generate(m, prompt, o);
+  ASSERT_EQ(free_run.tokens.size(), 60u);
+  for (bool cache : {true, false}) {
+    o.use_cache = cache;
+    o.eos_id = free_run.tokens[7];  // pretend the 8th greedy token is eos: stop right after it
+    const size_t first = std::find(free_run.tokens.begin(), free_run.tokens.end(), o.eos_id) - free_run.tokens.begin();
+    auto g = model::generate(m, prompt, o);
+    EXPECT_TRUE(g.stopped_at_eos) << "cache=" << cache;
+    EXPECT_EQ(g.tokens, std::vector<int32_t>(free_run.tokens.begin(), free_run.tokens.begin() + first + 1));
+    o.eos_id = -1;
+    o.max_new_tokens = 1000;  // context 128: fed prompt 6 + 122 new, then the 123rd from position 128
+    auto c = model::generate(m, prompt, o);
+    EXPECT_TRUE(c.stopped_at_context);
+    EXPECT_EQ(static_cast<int64_t>(prompt.size() + c.tokens.size()), cfg.max_seq_len + 1) << "cache=" << cache;
+    o.max_new_tokens = 60;
+  }
+}
+
 TEST_F(ExportTest, SamplingIsSeededAndTopPRestricts) {
   model::Transformer m(tiny());
   m->init_weights(5);
@@ -221,10 +253,98 @@ TEST_F(ExportTest, ExportRoundTripTensorsAndConfig) {
       EXPECT_EQ((*tc)["add_bos_token"], true);
       EXPECT_EQ((*tc)["bos_token"], "<s>");
       EXPECT_EQ(*read_file(o.out + "/tokenizer.model"), "placeholder spm bytes");
-      for (const char* file : {"generation_config.json", "special_tokens_map.json", "README.md"})
-        EXPECT_TRUE(fs::exists(fs::path(o.out) / file)) << file;
+      EXPECT_EQ((*tc)["eos_token"], "</s>");
+      EXPECT_EQ((*tc)["add_eos_token"], false);
+      // generate() in transformers stops at generation_config's eos and starts from its bos.
+      auto gc = read_json_file(o.out + "/generation_config.json");
+      LM_ASSERT_OK(gc.status());
+      EXPECT_EQ((*gc)["bos_token_id"], 1);
+      EXPECT_EQ((*gc)["eos_token_id"], 2);
+      EXPECT_EQ((*gc)["pad_token_id"], 3);
+      EXPECT_EQ((*gc)["max_length"], 128);
+      EXPECT_EQ((*gc)["do_sample"], false);
+      auto stm = read_json_file(o.out + "/special_tokens_map.json");
+      LM_ASSERT_OK(stm.status());
+      EXPECT_EQ(*stm, (Json{{"bos_token", "<s>"}, {"eos_token", "</s>"}, {"unk_token", "<unk>"}, {"pad_token", "<pad>"}}));
+      const std::string card = *read_file(o.out + "/README.md");
+      EXPECT_NE(card.find("| layers / d_model / heads / kv heads | 2 / 64 / 4 / 2 |"), std::string::npos) << card;
+      EXPECT_NE(card.find(std::string("| tied embeddings | ") + (tied ? "yes" : "no") + " |"), std::string::npos);
     }
   }
+}
+
+// Splits a markdown table row "| a | b |" into its cells.
+std::vector<std::string> md_cells(const std::string& line) {
+  std::vector<std::string> out;
+  size_t p = line.find('|');
+  while (p != std::string::npos) {
+    const size_t q = line.find('|', p + 1);
+    if (q == std::string::npos) break;
+    std::string c = line.substr(p + 1, q - p - 1);
+    c.erase(0, c.find_first_not_of(' '));
+    c.erase(c.find_last_not_of(' ') + 1);
+    out.push_back(c);
+    p = q;
+  }
+  return out;
+}
+
+// The card's row that starts with `key`, as cells (empty when absent).
+std::vector<std::string> card_row(const std::string& card, const std::string& key) {
+  std::istringstream in(card);
+  for (std::string line; std::getline(in, line);)
+    if (line.rfind("| " + key + " |", 0) == 0) return md_cells(line);
+  return {};
+}
+
+std::string f4(double v) { return absl::StrFormat("%.4f", v); }
+
+// The model card's NLL and MC tables print the eval JSON's numbers (docs/eval.md layout), each
+// in its own column: values with 7 decimals so rounding and column order both show.
+TEST_F(ExportTest, ModelCardTablesComeFromEvalJson) {
+  const auto run = temp_dir("card");
+  model::Transformer m(tiny());
+  make_run(run, m, 5);
+  fs::create_directories(run / "eval");
+  auto side = [](double npt, double bpb, double tokens) {
+    return Json{{"nats_per_token", npt}, {"bits_per_byte", bpb}, {"tokens", tokens}};
+  };
+  Json nll = {{"step", 5},
+              {"languages",
+               {{"bn", {{"model", side(6.3425558, 1.0216765, 13138)}, {"twin", side(9.0413353, 1.4564034, 13138)},
+                        {"twin_minus_model", {{"nats_per_token", 2.6987794}}}}},
+                {"en", {{"model", side(5.0630332, 2.4526006, 8177)}, {"twin", side(9.0001594, 4.3597970, 8177)},
+                        {"twin_minus_model", {{"nats_per_token", 3.9371262}}}}}}}};
+  Json mc = {{"step", 5},
+             {"tasks",
+              {{"copa", {{"n", 100}, {"chance", 0.5}, {"acc", 0.5712}, {"acc_stderr", 0.0497531}, {"acc_norm", 0.5544},
+                         {"twin", {{"acc", 0.4911}, {"acc_norm", 0.4822}}}, {"paired_acc", {{"p_value", 0.2101135}}}}}}}};
+  LM_ASSERT_OK(write_json_file((run / "eval/nll.json").string(), nll));
+  LM_ASSERT_OK(write_json_file((run / "eval/mc.json").string(), mc));
+  const std::string hf = (run / "hf").string();
+  LM_ASSERT_OK(export_hf({run.string(), -1, hf, "fp32"}).status());
+  const std::string card = *read_file(hf + "/README.md");
+  for (const char* lang : {"bn", "en"}) {
+    const Json& v = nll["languages"][lang];
+    const std::vector<std::string> want = {lang,
+                                           absl::StrFormat("%.0f", v["model"]["tokens"].get<double>()),
+                                           f4(v["model"]["nats_per_token"]),
+                                           f4(v["twin"]["nats_per_token"]),
+                                           f4(v["twin_minus_model"]["nats_per_token"]),
+                                           f4(v["model"]["bits_per_byte"]),
+                                           f4(v["twin"]["bits_per_byte"])};
+    EXPECT_EQ(card_row(card, lang), want) << card;
+  }
+  const Json& c = mc["tasks"]["copa"];
+  const std::vector<std::string> want = {"copa", "100", f4(c["chance"]), f4(c["acc"]), f4(c["acc_stderr"]),
+                                         f4(c["twin"]["acc"]), f4(c["acc_norm"]), f4(c["twin"]["acc_norm"]),
+                                         f4(c["paired_acc"]["p_value"])};
+  EXPECT_EQ(card_row(card, "copa"), want) << card;
+  EXPECT_NE(card.find("Held-out NLL at step 5"), std::string::npos);
+  // Header cells name the columns in the same order the rows were checked in.
+  EXPECT_NE(card.find("| language | tokens | nats/token | twin nats/token | twin − model | bits/byte | twin bits/byte |"),
+            std::string::npos);
+  EXPECT_NE(card.find("| task | n | chance | acc | ± | twin acc | acc_norm | twin acc_norm | p |"), std::string::npos);
 }
 
 TEST_F(ExportTest, ExportErrorsNameTheProblem) {
@@ -331,6 +451,94 @@ void python_check(bool tied) {
 
 TEST_F(ExportTest, PythonLlamaReferenceMatchesTied) { python_check(true); }
 TEST_F(ExportTest, PythonLlamaReferenceMatchesUntied) { python_check(false); }
+
+// Folders for tests/export/hf_transformers_check.py (ctest export_transformers_model,
+// export_transformers_tokenizer, export_spm_tokenizer), which loads them with transformers /
+// SentencePiece. DISABLED_: it runs only when that script asks for it (--gtest_also_run_disabled_tests)
+// and writes under $LM_EXPORT_FIXTURE_DIR:
+//   hf_tied/, hf_untied/ + *_expected.safetensors   fp32 exports and lmforge's logits [2, 48, V]
+//   hf_gen/ + hf_gen_expected.json                   sharp init, lmforge's greedy tokens with the KV cache
+//   hf_tok/ + hf_tok_expected.json                   a real tokenizer (trained on data/sample), lmforge's ids
+TEST_F(ExportTest, DISABLED_WriteTransformersFixture) {
+  const char* env = std::getenv("LM_EXPORT_FIXTURE_DIR");
+  ASSERT_NE(env, nullptr) << "set LM_EXPORT_FIXTURE_DIR";
+  const fs::path dir(env);
+  fs::create_directories(dir);
+  torch::NoGradGuard ng;
+  for (bool tied : {true, false}) {
+    const std::string name = tied ? "hf_tied" : "hf_untied";
+    const fs::path run = dir / ("run_" + name);
+    fs::remove_all(run);
+    fs::create_directories(run);
+    model::Transformer m(tiny(tied));
+    m->init_weights(tied ? 41 : 42);
+    for (auto& p : m->named_parameters())
+      if (p.value().dim() == 1) p.value().uniform_(0.5, 1.5);  // norm layouts matter too
+    make_run(run, m);
+    LM_ASSERT_OK(export_hf({run.string(), -1, (dir / name).string(), "fp32"}).status());
+    m->eval();
+    auto ids = fixed_ids(48, 512).repeat({2, 1});
+    ids[1] = ids[1].flip(0);
+    LM_ASSERT_OK(model::save_safetensors((dir / (name + "_expected.safetensors")).string(),
+                                         {{"input_ids", ids}, {"logits", m->forward(ids).contiguous()}}));
+  }
+  {  // greedy generation: sharp logits (init 0.5) so no near-tie can flip an argmax
+    auto cfg = tiny();
+    cfg.init_std = 0.5;
+    model::Transformer m(cfg);
+    m->init_weights(5);
+    const fs::path run = dir / "run_hf_gen";
+    fs::remove_all(run);
+    fs::create_directories(run);
+    make_run(run, m);
+    LM_ASSERT_OK(export_hf({run.string(), -1, (dir / "hf_gen").string(), "fp32"}).status());
+    model::SampleOptions o;
+    o.max_new_tokens = 40;
+    o.eos_id = 2;
+    const std::vector<int32_t> prompt = {1, 17, 99, 230, 4, 77};
+    auto g = model::generate(m, prompt, o);
+    Json j = {{"prompt", prompt}, {"tokens", g.tokens}, {"max_new_tokens", o.max_new_tokens}, {"eos_id", 2}};
+    LM_ASSERT_OK(write_json_file((dir / "hf_gen_expected.json").string(), j));
+  }
+  {  // a real SentencePiece model, so HF tokenizers can be compared with lmforge's encode()
+    auto manifest = data::load_manifest(LM_SOURCE_DIR "/data/sample/corpus.json");
+    LM_ASSERT_OK(manifest.status());
+    tokenizer::TrainOptions to;
+    to.vocab_size = 1000;
+    to.sample_chars = 150000;
+    to.threads = 2;
+    auto sample = tokenizer::build_sample(*manifest, to);
+    LM_ASSERT_OK(sample.status());
+    const fs::path run = dir / "run_hf_tok";
+    fs::remove_all(run);
+    fs::create_directories(run);
+    tokenizer::SampleSummary summary = sample->summary;
+    auto tok = tokenizer::train_tokenizer(*sample, to, (run / "tokenizer").string(), &summary);
+    LM_ASSERT_OK(tok.status());
+    auto cfg = tiny();
+    cfg.vocab_size = tok->vocab_size();
+    model::Transformer m(cfg);
+    FitRequest req;
+    req.run_dir = run.string();
+    req.model = cfg;
+    LM_ASSERT_OK(write_json_file((run / "config.json").string(), run_config_json(req)));
+    std::vector<std::pair<std::string, torch::Tensor>> params;
+    for (auto& p : m->named_parameters()) params.emplace_back(p.key(), p.value());
+    AdamW opt(params, req.train);
+    Json state = {{"step", 1}, {"tokens", 1}, {"data_cursor", Json::object()}, {"config", run_config_json(req)},
+                  {"tokenizer_hash", ""}, {"world_size", 1}};
+    LM_ASSERT_OK(save_checkpoint(run.string(), 1, m, opt, state, 3));
+    LM_ASSERT_OK(export_hf({run.string(), -1, (dir / "hf_tok").string(), "fp32"}).status());
+    Json rows = Json::array();
+    for (const char* text : {"বাংলা ভাষা আমার মাতৃভাষা।", "আমি ২০২৪ সালে ঢাকায় গিয়েছিলাম, সেখানে বৃষ্টি হচ্ছিল!",
+                             "The quick brown fox jumps over 13 lazy dogs.", "ইংরেজিতে বলে \"language model\" (ভাষা মডেল)।"}) {
+      std::vector<int32_t> ids = {tok->bos_id()};  // add_bos_token true, as in training
+      for (int32_t t : tok->encode(text)) ids.push_back(t);
+      rows.push_back({{"text", text}, {"ids", ids}});
+    }
+    LM_ASSERT_OK(write_json_file((dir / "hf_tok_expected.json").string(), rows));
+  }
+}
 
 // --- report ---------------------------------------------------------------------------------
 
