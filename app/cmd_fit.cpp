@@ -22,6 +22,8 @@ struct FitOptions {
   bool resume = false, force = false;
   int nproc = 0;              // >1: start that many local ranks (no launcher needed)
   int dist_timeout_s = 300;   // collective timeout: a dead rank fails the others loudly
+  bool ddp_post_backward = false;        // all-reduce after backward instead of overlapped
+  std::optional<double> ddp_bucket_mb;   // gradient bucket cap
   // Flag overrides (unset = keep the config's value).
   std::optional<double> tokens, lr;
   std::optional<int64_t> steps, micro_batch, seq_len, grad_accum, batch_tokens, stop_at_step;
@@ -57,12 +59,6 @@ absl::Status run_fit(const FitOptions& o) {
   // From here on SIGINT/SIGTERM only set a flag: the loop finishes its step and checkpoints.
   install_stop_handlers();
   LM_ASSIGN_OR_RETURN(train::DistEnv env, train::dist_env_from_environment());
-  std::unique_ptr<train::Comm> comm;
-  if (env.active()) {
-    LM_ASSIGN_OR_RETURN(comm, train::Comm::connect(env, torch::kCPU, std::chrono::seconds(o.dist_timeout_s)));
-    // Only rank 0 talks to people.
-    if (env.rank != 0) init_output(/*quiet=*/true);
-  }
   RunFile rf;
   LM_ASSIGN_OR_RETURN(rf.model, model::preset(o.preset));
   if (!o.config.empty()) LM_RETURN_IF_ERROR(load_config_file(o.config, rf));
@@ -78,7 +74,24 @@ absl::Status run_fit(const FitOptions& o) {
   if (o.dtype) tc.dtype = *o.dtype;
   if (o.device) tc.device = *o.device;
   if (global_options().threads > 0) tc.threads = global_options().threads;
+  if (o.ddp_post_backward) tc.ddp_overlap = false;
+  if (o.ddp_bucket_mb) tc.ddp_bucket_mb = *o.ddp_bucket_mb;
+  std::unique_ptr<train::Comm> comm;
+  if (env.active()) {
+    // The device picks the backend: NCCL for cuda (when LibTorch has it), Gloo for cpu.
+    const torch::Device dev(tc.device == "cuda" ? torch::kCUDA : torch::kCPU);
+    LM_ASSIGN_OR_RETURN(comm, train::Comm::connect(env, dev, std::chrono::seconds(o.dist_timeout_s)));
+    // Only rank 0 talks to people.
+    if (env.rank != 0) init_output(/*quiet=*/true);
+  }
 
+  // The run folder first: a wrong --resume/--force is the cheapest mistake to name.
+  if (!o.resume && fs::exists(fs::path(o.out) / "config.json") && !o.force) {
+    return absl::AlreadyExistsError(o.out + ": a run already exists here (continue it with --resume, or pass --force to start over)");
+  }
+  if (o.resume && !fs::exists(fs::path(o.out) / "config.json")) {
+    return absl::NotFoundError(o.out + ": no run to resume (no config.json); start it without --resume");
+  }
   LM_ASSIGN_OR_RETURN(data::ShardSet set, data::ShardSet::open(o.data));
   // The tokenizer the shards were made with: --tokenizer, else the one recorded by prepare,
   // else the copy inside the run folder (resume).
@@ -114,9 +127,6 @@ absl::Status run_fit(const FitOptions& o) {
   train::SamplerSource source(std::move(sampler));
   LM_ASSIGN_OR_RETURN(train::ValSets val, train::load_validation(set, req.train.seq_len, req.train.eval_windows));
 
-  if (!o.resume && fs::exists(fs::path(o.out) / "config.json") && !o.force) {
-    return absl::AlreadyExistsError(o.out + ": a run already exists here (continue it with --resume, or pass --force to start over)");
-  }
   if (!o.resume && env.rank == 0) {
     std::error_code ec;
     fs::create_directories(o.out, ec);
@@ -151,6 +161,9 @@ void add_fit(CLI::App& app, Registry& reg) {
   sub->add_option("--nproc", o.nproc, "data-parallel ranks on this machine (or launch with torchrun/srun)");
   sub->add_option("--dist-timeout", o.dist_timeout_s, "seconds before a collective gives up")->capture_default_str();
   sub->add_option("--device", o.device, "cpu or cuda");
+  sub->add_flag("--ddp-post-backward", o.ddp_post_backward,
+                "all-reduce gradients after backward instead of overlapped with it (train.ddp_overlap=false)");
+  sub->add_option("--ddp-bucket-mb", o.ddp_bucket_mb, "gradient all-reduce bucket cap in MiB (default 25)");
   sub->footer(
       "Examples:\n"
       "  lmtrain fit --data shards/ --preset small --out runs/small --steps 600\n"

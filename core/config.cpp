@@ -1,5 +1,7 @@
 #include "core/config.h"
 
+#include <algorithm>
+
 #include "core/file.h"
 
 namespace lm {
@@ -8,8 +10,18 @@ absl::StatusOr<Json> parse_json(std::string_view text, const std::string& source
   try {
     return Json::parse(text.begin(), text.end());
   } catch (const Json::parse_error& e) {
+    // FILE:LINE:COLUMN, as compilers write it, so editors jump there. e.byte is 1-based and
+    // points one past the offending character.
+    const size_t at = std::min(text.size(), e.byte > 0 ? e.byte - 1 : 0);
+    size_t line = 1, col = 1;
+    for (size_t i = 0; i < at; ++i) {
+      if (text[i] == '\n') { ++line; col = 1; } else { ++col; }
+    }
     return absl::InvalidArgumentError(
-        absl::StrCat(source, ": not valid JSON at byte ", e.byte, ": ", e.what()));
+        absl::StrCat(source, ":", line, ":", col, ": not valid JSON: ", e.what()));
+  } catch (const Json::exception& e) {
+    // out_of_range 406: a number too large for a double ("2e9000"; found by fuzz_config).
+    return absl::InvalidArgumentError(absl::StrCat(source, ": not valid JSON: ", e.what()));
   }
 }
 

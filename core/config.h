@@ -11,6 +11,7 @@
 
 #include <cmath>
 #include <cstdint>
+#include <limits>
 #include <set>
 #include <string>
 #include <type_traits>
@@ -97,20 +98,32 @@ absl::Status read_value(const Json& j, T& out, const std::string& path) {
     if (!j.is_boolean()) return wrong("true or false");
     out = j.get<bool>();
   } else if constexpr (std::is_integral_v<T>) {
-    // Accept 2e9 written as a float only when it is an exact integer.
-    if (j.is_number_integer()) {
-      if constexpr (std::is_unsigned_v<T>) {
-        if (j.is_number_unsigned() || j.get<int64_t>() >= 0) {
-          out = j.get<T>();
-        } else {
-          return wrong("a non-negative integer");
-        }
+    // The value must fit T: a silent wrap ("threads": 4294967297 read as 1) is wrong, and a
+    // float outside T's range converted with static_cast is undefined behaviour (fuzz_config).
+    // [lo, hi) as doubles: hi = 2^digits is exact, so the bounds are exact too.
+    using L = std::numeric_limits<T>;
+    const double hi = std::ldexp(1.0, L::digits), lo = L::is_signed ? -hi : 0.0;
+    auto range = [&] {
+      return wrong(absl::StrCat("an integer in [", L::min(), ", ", L::max(), "]").c_str());
+    };
+    if (j.is_number_unsigned()) {
+      const uint64_t v = j.get<uint64_t>();
+      if (v > static_cast<uint64_t>(L::max())) return range();
+      out = static_cast<T>(v);
+    } else if (j.is_number_integer()) {
+      const int64_t v = j.get<int64_t>();
+      if constexpr (L::is_signed) {
+        if (v < static_cast<int64_t>(L::min()) || v > static_cast<int64_t>(L::max())) return range();
       } else {
-        out = j.get<T>();
+        if (v < 0) return wrong("a non-negative integer");
+        if (static_cast<uint64_t>(v) > static_cast<uint64_t>(L::max())) return range();
       }
-    } else if (j.is_number_float() && std::floor(j.get<double>()) == j.get<double>() &&
-               std::abs(j.get<double>()) < 9.0e18) {
-      out = static_cast<T>(j.get<double>());
+      out = static_cast<T>(v);
+    } else if (j.is_number_float() && std::floor(j.get<double>()) == j.get<double>()) {
+      // Accept 2e9 written as a float only when it is an exact integer.
+      const double d = j.get<double>();
+      if (!(d >= lo && d < hi)) return range();
+      out = static_cast<T>(d);
     } else {
       return wrong("an integer");
     }

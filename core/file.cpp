@@ -19,7 +19,13 @@ namespace {
 absl::Status errno_status(std::string_view what, const std::string& path) {
   const int err = errno;
   std::string msg = absl::StrCat(path, ": ", std::string(what), " failed: ", std::strerror(err));
-  if (err == ENOSPC) msg += " (the disk is full: free space and retry; the previous file is intact)";
+  // Out of room (a full disk, a quota, a file size limit such as `ulimit -f`): the write went to a
+  // temp file, so the file at `path` is untouched. ResourceExhausted maps to exit 2 (fix and rerun).
+  if (err == ENOSPC || err == EDQUOT)
+    return absl::ResourceExhaustedError(msg + " (no space left: free space and retry; the previous file is intact)");
+  if (err == EFBIG)
+    return absl::ResourceExhaustedError(
+        msg + " (file size limit reached: raise `ulimit -f` or use another file system; the previous file is intact)");
   if (err == ENOENT) return absl::NotFoundError(msg);
   if (err == EACCES) return absl::FailedPreconditionError(msg + " (check permissions)");
   return absl::InternalError(msg);

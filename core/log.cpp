@@ -73,7 +73,7 @@ void Progress::print(double done, const std::string& extra, bool final_line) {
   const double rate = el > 0 ? done / el : 0;
   const double pct = total_ > 0 ? 100.0 * done / total_ : 0;
   const double eta = rate > 0 ? (total_ - done) / rate : -1;
-  std::string line = absl::StrFormat("%s %5.1f%% %s/%s %s %s/s", label_, pct, format_count(done),
+  std::string line = absl::StrFormat("%s %5.1f%% %s/%s %s %s %s/s", label_, pct, format_count(done),
                                      format_count(total_), unit_, format_count(rate), unit_);
   line += final_line ? absl::StrFormat(" in %s", format_duration(el))
                      : absl::StrFormat(" ETA %s", format_duration(eta));

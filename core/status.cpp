@@ -14,6 +14,7 @@ int exit_code_for(const absl::Status& status) {
     case absl::StatusCode::kFailedPrecondition:
     case absl::StatusCode::kDataLoss:
     case absl::StatusCode::kOutOfRange:
+    case absl::StatusCode::kResourceExhausted:  // disk full or file size limit: free space, --resume
       return kExitBadInput;
     default:
       return kExitRuntime;

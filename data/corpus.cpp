@@ -327,7 +327,7 @@ absl::Status read_one_file(const std::string& path, const std::string& format, c
       Json j;
       try {
         j = Json::parse(line);
-      } catch (const Json::parse_error& e) {
+      } catch (const Json::exception& e) {  // parse_error, or out_of_range for a number beyond double
         status = absl::InvalidArgumentError(
             absl::StrCat(path, ":", reader.line_no(), ": not valid JSON: ", e.what()));
         break;

@@ -115,6 +115,19 @@ absl::StatusOr<ShardManifest> prepare(const PrepareOptions& o) {
   std::error_code ec;
   fs::create_directories(o.out, ec);
   if (ec) return absl::FailedPreconditionError(absl::StrCat(o.out, ": cannot create the folder: ", ec.message()));
+  // Shards are written into a staging folder and moved in only once the whole corpus has been read:
+  // a bad line late in the corpus (or a full disk) must not replace shards of an existing folder.
+  const fs::path staging = fs::path(o.out) / ".prepare.tmp";
+  fs::remove_all(staging, ec);
+  fs::create_directories(staging, ec);
+  if (ec) return absl::FailedPreconditionError(absl::StrCat(staging.string(), ": cannot create: ", ec.message()));
+  struct RemoveOnExit {
+    fs::path dir;
+    ~RemoveOnExit() {
+      std::error_code e;
+      fs::remove_all(dir, e);
+    }
+  } remove_staging{staging};
 
   std::vector<std::string> langs;
   std::map<std::string, double> weights;
@@ -146,7 +159,7 @@ absl::StatusOr<ShardManifest> prepare(const PrepareOptions& o) {
     if (out.writer.n_docs() == 0) return absl::OkStatus();
     const std::string name = absl::StrFormat("%s.%s.%05d.lmtok", out.lang, out.split, out.next_index++);
     ShardEntry e{name, out.lang, out.split, out.writer.n_tokens(), out.writer.n_docs()};
-    LM_RETURN_IF_ERROR(out.writer.write((fs::path(o.out) / name).string()));
+    LM_RETURN_IF_ERROR(out.writer.write((staging / name).string()));
     m.shards.push_back(e);
     return absl::OkStatus();
   };
@@ -214,6 +227,9 @@ absl::StatusOr<ShardManifest> prepare(const PrepareOptions& o) {
   reader.join();
   LM_RETURN_IF_ERROR(read_status);
   LM_RETURN_IF_ERROR(st);
+  if (done_tokens == 0)
+    return absl::InvalidArgumentError(absl::StrCat(
+        o.corpus, ": the corpus has no documents (its files are empty or hold only blank lines); nothing written"));
   for (auto& out : outputs) LM_RETURN_IF_ERROR(flush(out));
   const double seconds = progress.elapsed_s();
   progress.finish(absl::StrFormat("%.2f MB/s, %s tokens", done_bytes / 1e6 / std::max(seconds, 1e-9),
@@ -258,6 +274,10 @@ absl::StatusOr<ShardManifest> prepare(const PrepareOptions& o) {
     if (o.val_fraction > 0 && r.val_tokens == 0) {
       log_warn("prepare: language '%s' got no validation documents (raise --val-fraction)", lang);
     }
+  }
+  for (const auto& e : m.shards) {
+    fs::rename(staging / e.path, fs::path(o.out) / e.path, ec);
+    if (ec) return absl::InternalError(absl::StrCat((staging / e.path).string(), ": cannot move into ", o.out, ": ", ec.message()));
   }
   LM_RETURN_IF_ERROR(fsync_dir(o.out));
   LM_RETURN_IF_ERROR(write_manifest(o.out, m));

@@ -81,7 +81,7 @@ absl::StatusOr<SafetensorsFile> decode_safetensors(std::string_view bytes,
   Json header;
   try {
     header = Json::parse(bytes.substr(8, hlen));
-  } catch (const Json::parse_error& e) {
+  } catch (const Json::exception& e) {  // parse_error, or out_of_range for a number beyond double
     return bad(absl::StrCat("header is not valid JSON: ", e.what()));
   }
   if (!header.is_object()) return bad("header is not a JSON object");

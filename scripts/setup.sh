@@ -13,6 +13,7 @@ PACKAGES=(
   libgloo-dev             # headers for c10d ProcessGroupGloo (CPU data parallel)
   libgtest-dev libgmock-dev libbenchmark-dev
   python3-torch python3-numpy   # independent oracle and peer in tests/benchmarks only
+  clang-14 libclang-rt-14-dev   # libFuzzer + ASan/UBSan for the fuzz targets (scripts/fuzz.sh, ctest fuzz_quick)
 )
 
 missing=()

@@ -14,6 +14,28 @@ namespace fs = std::filesystem;
 
 std::string checkpoint_name(int64_t step) { return absl::StrFormat("step-%08d", step); }
 
+namespace {
+
+// Writes the three files into `tmp` and renames it to `final_dir`; no cleanup on error.
+absl::Status write_checkpoint_folder(const fs::path& tmp, const fs::path& final_dir, model::Transformer& model,
+                                     const AdamW& optim, const Json& trainer_state) {
+  std::error_code ec;
+  if (!fs::create_directory(tmp, ec))
+    return absl::InternalError(absl::StrCat(tmp.string(), ": cannot create: ", ec.message()));
+  // write_file_atomic fsyncs each file; fsync_tree below makes the folder entries durable.
+  LM_RETURN_IF_ERROR(model::save_safetensors((tmp / "model.safetensors").string(),
+                                             model::module_state(*model), {{"format", "pt"}}));
+  LM_RETURN_IF_ERROR(model::save_safetensors((tmp / "optimizer.safetensors").string(), optim.state()));
+  LM_RETURN_IF_ERROR(write_json_file((tmp / "trainer.json").string(), trainer_state));
+  LM_RETURN_IF_ERROR(fsync_tree(tmp.string()));
+  fs::remove_all(final_dir, ec);  // a complete copy of this step that `latest` does not name yet
+  fs::rename(tmp, final_dir, ec);
+  if (ec) return absl::InternalError(absl::StrCat("rename ", tmp.string(), ": ", ec.message()));
+  return fsync_dir(final_dir.parent_path().string());
+}
+
+}  // namespace
+
 absl::Status save_checkpoint(const std::string& run_dir, int64_t step, model::Transformer& model,
                              const AdamW& optim, const Json& trainer_state, int64_t keep_last) {
   const fs::path root = fs::path(run_dir) / "checkpoints";
@@ -23,19 +45,23 @@ absl::Status save_checkpoint(const std::string& run_dir, int64_t step, model::Tr
   std::error_code ec;
   fs::create_directories(root, ec);
   fs::remove_all(tmp, ec);  // a leftover from a killed writer
-  if (!fs::create_directory(tmp, ec))
-    return absl::InternalError(absl::StrCat(tmp.string(), ": cannot create: ", ec.message()));
-  // write_file_atomic fsyncs each file; fsync_tree below makes the folder entries durable.
-  LM_RETURN_IF_ERROR(model::save_safetensors((tmp / "model.safetensors").string(),
-                                             model::module_state(*model), {{"format", "pt"}}));
-  LM_RETURN_IF_ERROR(model::save_safetensors((tmp / "optimizer.safetensors").string(), optim.state()));
-  LM_RETURN_IF_ERROR(write_json_file((tmp / "trainer.json").string(), trainer_state));
-  LM_RETURN_IF_ERROR(fsync_tree(tmp.string()));
-  fs::remove_all(final_dir, ec);  // re-saving the same step (e.g. after a signal)
-  fs::rename(tmp, final_dir, ec);
-  if (ec) return absl::InternalError(absl::StrCat("rename ", tmp.string(), ": ", ec.message()));
-  LM_RETURN_IF_ERROR(fsync_dir(root.string()));
-  LM_RETURN_IF_ERROR(write_file_atomic((fs::path(run_dir) / "latest").string(), name + "\n"));
+  // A step is written once: re-saving the step `latest` names (a signal right after a periodic
+  // checkpoint) would delete the only good checkpoint before the rename, and a kill in between
+  // would leave `latest` pointing at nothing. The state at one step is the same either way.
+  auto current = find_checkpoint(run_dir, -1);
+  const bool already = current.ok() && fs::path(*current).filename() == name;
+  if (!already) {
+    absl::Status st = write_checkpoint_folder(tmp, final_dir, model, optim, trainer_state);
+    if (!st.ok()) {
+      // Disk full or a write error: drop the partial folder (it holds space) and say what is left.
+      fs::remove_all(tmp, ec);
+      const std::string kept = current.ok() ? *current + " (untouched, resume from it with --resume)"
+                                            : std::string("none yet");
+      return absl::Status(st.code(), absl::StrCat("checkpoint ", name, " not written: ", st.message(),
+                                                  "; last good checkpoint: ", kept));
+    }
+    LM_RETURN_IF_ERROR(write_file_atomic((fs::path(run_dir) / "latest").string(), name + "\n"));
+  }
   // keep-last-K: delete the oldest complete checkpoints beyond K (never the new one).
   std::vector<std::string> names;
   for (const auto& e : fs::directory_iterator(root, ec)) {

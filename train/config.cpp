@@ -40,7 +40,12 @@ absl::Status resolve(TrainConfig& c, const model::ModelConfig& m, int world_size
   if (c.log_interval <= 0) return bad("log_interval", "must be positive");
   if (c.checkpoint_interval < 0) return bad("checkpoint_interval", "must be >= 0");
   if (c.keep_last < 1) return bad("keep_last", "must be >= 1");
+  if (c.nan_skip_limit < 0) return bad("nan_skip_limit", absl::StrCat("must be >= 0, got ", c.nan_skip_limit));
+  if (c.inject_nan_steps < 1) return bad("inject_nan_steps", "must be >= 1");
+  if (c.inject_nan_in != "grad" && c.inject_nan_in != "loss")
+    return bad("inject_nan_in", "expected grad or loss, got '" + c.inject_nan_in + "'");
   if (c.device != "cpu" && c.device != "cuda") return bad("device", "expected cpu or cuda, got '" + c.device + "'");
+  if (!(c.ddp_bucket_mb > 0)) return bad("ddp_bucket_mb", "must be positive (MiB per all-reduce bucket)");
   if (c.dtype != "fp32" && c.dtype != "bf16") return bad("dtype", "expected fp32 or bf16, got '" + c.dtype + "'");
   return absl::OkStatus();
 }

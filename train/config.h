@@ -46,7 +46,17 @@ struct TrainConfig {
   bool verify_at_start = true;     // gradient-flow arbiter before step 1
   double peak_flops = 0;           // override of the device peak used for MFU (FLOP/s)
   int64_t stop_at_step = -1;       // stop cleanly (checkpoint) at this step; the schedule stays `steps`
+  // Non-finite loss or gradient: 0 stops at the first one (nothing applied, last checkpoint kept);
+  // N > 0 skips the update of up to N such steps in the whole run (counted in the checkpoint, each
+  // logged with step and parameter, `skipped` in metrics.jsonl) and stops at the (N+1)-th.
+  int64_t nan_skip_limit = 0;
   int64_t inject_nan_step = -1;    // fault injection for tests: poison one gradient at this step
+  int64_t inject_nan_steps = 1;    // ... and at the steps after it, this many in all
+  std::string inject_nan_in = "grad";  // "grad": one down_proj gradient element; "loss": the loss
+  // Data parallel: all-reduce gradient buckets from autograd hooks while backward still runs
+  // (false: after the whole backward, the older path kept as a fallback); bucket cap in MiB.
+  bool ddp_overlap = true;
+  double ddp_bucket_mb = 25;
 
   template <class V>
   void visit(V& v) {
@@ -61,7 +71,8 @@ struct TrainConfig {
     v("keep_last", keep_last); v("threads", threads); v("device", device); v("dtype", dtype);
     v("sentinel_fraction", sentinel_fraction); v("verify_at_start", verify_at_start);
     v("peak_flops", peak_flops); v("stop_at_step", stop_at_step);
-    v("inject_nan_step", inject_nan_step);
+    v("inject_nan_step", inject_nan_step); v("ddp_overlap", ddp_overlap); v("ddp_bucket_mb", ddp_bucket_mb);
+    v("nan_skip_limit", nan_skip_limit); v("inject_nan_steps", inject_nan_steps); v("inject_nan_in", inject_nan_in);
   }
 };
 

@@ -6,6 +6,12 @@
 
 #include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
+#include <torch/version.h>
+// LM_HAVE_NCCL (with USE_C10D_NCCL) comes from train/CMakeLists.txt when LibTorch has torch_cuda
+// and nccl.h is found; Debian's CPU-only 1.13 builds the Gloo path only.
+#if defined(LM_HAVE_NCCL)
+#include <torch/csrc/distributed/c10d/ProcessGroupNCCL.hpp>
+#endif
 
 #include <cstdlib>
 #include <cstring>
@@ -48,11 +54,28 @@ absl::StatusOr<DistEnv> dist_env_from_environment() {
   return e;
 }
 
+// Since LibTorch 2.0, ProcessGroupGloo/NCCL are c10d::Backend subclasses (ProcessGroup became a
+// dispatcher over backends); in 1.13 they derive from ProcessGroup. Both expose the same collectives.
+#if TORCH_VERSION_MAJOR >= 2
+using PgBase = c10d::Backend;
+#else
+using PgBase = c10d::ProcessGroup;
+#endif
+
+bool nccl_available() {
+#if defined(LM_HAVE_NCCL)
+  return true;
+#else
+  return false;
+#endif
+}
+
 struct Comm::Impl {
   c10::intrusive_ptr<c10d::Store> store;
-  c10::intrusive_ptr<c10d::ProcessGroup> pg;
+  c10::intrusive_ptr<PgBase> pg;
   int rank = 0, world = 1;
   torch::Device device{torch::kCPU};
+  const char* backend = "gloo";
 };
 
 Comm::Comm(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
@@ -75,13 +98,24 @@ absl::StatusOr<std::unique_ptr<Comm>> Comm::connect(const DistEnv& env, const to
     so.timeout = std::chrono::duration_cast<std::chrono::milliseconds>(timeout);
     impl->store = c10::make_intrusive<c10d::TCPStore>(env.master_addr, so);
     if (device.is_cuda()) {
-      return absl::UnimplementedError("data parallel on CUDA needs a LibTorch built with NCCL (LibTorch 2.x CUDA image); this build has Gloo only");
+#if defined(LM_HAVE_NCCL)
+      // Unrun in this project so far (no multi-GPU machine); see docs/distributed.md.
+      auto opts = c10d::ProcessGroupNCCL::Options::create();
+      opts->timeout = std::chrono::duration_cast<std::chrono::milliseconds>(timeout);
+      impl->pg = c10::make_intrusive<c10d::ProcessGroupNCCL>(impl->store, env.rank, env.world, opts);
+      impl->backend = "nccl";
+#else
+      return absl::UnimplementedError(
+          "data parallel on CUDA needs a LibTorch built with NCCL and nccl.h at build time (LibTorch 2.x "
+          "CUDA image, see docs/distributed.md); this build has Gloo only");
+#endif
+    } else {
+      auto opts = c10d::ProcessGroupGloo::Options::create(std::chrono::duration_cast<std::chrono::milliseconds>(timeout));
+      const bool loopback = env.master_addr == "127.0.0.1" || env.master_addr == "localhost";
+      opts->devices.push_back(loopback ? c10d::ProcessGroupGloo::createDeviceForHostname("127.0.0.1")
+                                       : c10d::ProcessGroupGloo::createDefaultDevice());
+      impl->pg = c10::make_intrusive<c10d::ProcessGroupGloo>(impl->store, env.rank, env.world, opts);
     }
-    auto opts = c10d::ProcessGroupGloo::Options::create(std::chrono::duration_cast<std::chrono::milliseconds>(timeout));
-    const bool loopback = env.master_addr == "127.0.0.1" || env.master_addr == "localhost";
-    opts->devices.push_back(loopback ? c10d::ProcessGroupGloo::createDeviceForHostname("127.0.0.1")
-                                     : c10d::ProcessGroupGloo::createDefaultDevice());
-    impl->pg = c10::make_intrusive<c10d::ProcessGroupGloo>(impl->store, env.rank, env.world, opts);
   } catch (const std::exception& e) {
     return absl::UnavailableError(absl::StrFormat(
         "rank %d: cannot join the process group at %s:%d within %ds: %s (are all %d ranks started? is the port free?)",
@@ -98,48 +132,22 @@ void Comm::broadcast(std::vector<torch::Tensor>& tensors) {
   }
 }
 
-void Comm::average_gradients(const std::vector<torch::Tensor>& params, int64_t bucket_bytes) {
-  torch::NoGradGuard g;
-  // Flatten gradients into buckets so a few large all-reduces replace many small ones
-  // (the bucketing idea of PyTorch DDP, Li et al. 2020); launch all, then wait and scatter back.
-  struct Bucket { std::vector<torch::Tensor> grads; torch::Tensor flat; c10::intrusive_ptr<c10d::Work> work; };
-  std::vector<Bucket> buckets(1);
-  int64_t bytes = 0;
-  for (const auto& p : params) {
-    if (!p.grad().defined()) continue;
-    if (bytes > bucket_bytes) { buckets.emplace_back(); bytes = 0; }
-    buckets.back().grads.push_back(p.grad());
-    bytes += p.grad().numel() * p.grad().element_size();
-  }
-  for (auto& b : buckets) {
-    if (b.grads.empty()) continue;
-    std::vector<torch::Tensor> flat;
-    for (auto& gr : b.grads) flat.push_back(gr.reshape({-1}));
-    b.flat = torch::cat(flat);
-    std::vector<at::Tensor> one{b.flat};
-    b.work = impl_->pg->allreduce(one);
-  }
-  const double inv = 1.0 / impl_->world;
-  for (auto& b : buckets) {
-    if (b.grads.empty()) continue;
-    b.work->wait();
-    b.flat.mul_(inv);
-    int64_t off = 0;
-    for (auto& gr : b.grads) {
-      gr.copy_(b.flat.narrow(0, off, gr.numel()).view_as(gr));
-      off += gr.numel();
-    }
-  }
+std::function<void()> Comm::start_sum(torch::Tensor flat) {
+  std::vector<at::Tensor> one{flat};
+  c10::intrusive_ptr<c10d::Work> work = impl_->pg->allreduce(one);
+  return [work] { work->wait(); };
 }
 
+const char* Comm::backend() const { return impl_->backend; }
+
 double Comm::sum(double value) {
-  std::vector<at::Tensor> t{torch::tensor({value}, torch::kFloat64)};
+  std::vector<at::Tensor> t{torch::tensor({value}, torch::kFloat64).to(impl_->device)};
   impl_->pg->allreduce(t)->wait();
   return t[0].item<double>();
 }
 
 double Comm::max(double value) {
-  std::vector<at::Tensor> t{torch::tensor({value}, torch::kFloat64)};
+  std::vector<at::Tensor> t{torch::tensor({value}, torch::kFloat64).to(impl_->device)};
   c10d::AllreduceOptions o;
   o.reduceOp = c10d::ReduceOp::MAX;
   impl_->pg->allreduce(t, o)->wait();

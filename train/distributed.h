@@ -5,6 +5,7 @@
 #include <torch/torch.h>
 
 #include <chrono>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -26,8 +27,11 @@ struct DistEnv {
 // errors name the variable.
 absl::StatusOr<DistEnv> dist_env_from_environment();
 
-// A process group plus the gradient all-reduce. All collectives time out after `timeout`, so a
-// dead rank makes the others fail loudly instead of hanging.
+// Whether this LibTorch build has ProcessGroupNCCL compiled in (LibTorch 2.x CUDA with nccl.h found).
+bool nccl_available();
+
+// A process group (Gloo on CPU, NCCL for a CUDA device when built with it). All collectives time
+// out after `timeout`, so a dead rank makes the others fail loudly instead of hanging.
 class Comm {
  public:
   static absl::StatusOr<std::unique_ptr<Comm>> connect(const DistEnv& env, const torch::Device& device,
@@ -38,8 +42,11 @@ class Comm {
 
   // rank 0's values into every rank's tensors (identical initialisation).
   void broadcast(std::vector<torch::Tensor>& tensors);
-  // Sum then divide by world, in place, in flat buckets of about `bucket_bytes`.
-  void average_gradients(const std::vector<torch::Tensor>& params, int64_t bucket_bytes = 25 << 20);
+  // Starts an in-place SUM all-reduce of `flat`; the returned function blocks until it is done
+  // (on NCCL: until the current stream is ordered after it). Gradient buckets: train/grad_sync.h.
+  std::function<void()> start_sum(torch::Tensor flat);
+  // "gloo" or "nccl".
+  const char* backend() const;
   double sum(double value);
   double max(double value);
   // Every rank must pass the same string (config and tokenizer hash); errors name the ranks.

@@ -1,8 +1,10 @@
 #include "train/trainer.h"
 
 #include <algorithm>
+#include <cerrno>
 #include <chrono>
 #include <cmath>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -16,6 +18,7 @@
 #include "train/checkpoint.h"
 #include "train/device.h"
 #include "train/distributed.h"
+#include "train/grad_sync.h"
 #include "train/hf_export.h"
 #include "train/optim.h"
 
@@ -82,6 +85,15 @@ absl::Status truncate_metrics(const std::string& path, int64_t step) {
   return write_file_atomic(path, kept);
 }
 
+// A failed write to an ofstream: errno says why (ENOSPC/EFBIG map to exit 2 as in core/file.cpp).
+absl::Status stream_error(const std::string& path) {
+  const int err = errno;
+  const std::string msg = absl::StrCat(path, ": write failed: ", std::strerror(err));
+  if (err == ENOSPC || err == EDQUOT || err == EFBIG)
+    return absl::ResourceExhaustedError(msg + " (no space left: free space, then --resume from the last checkpoint)");
+  return absl::InternalError(msg);
+}
+
 double median(std::vector<double> v) {
   if (v.empty()) return 0;
   std::nth_element(v.begin(), v.begin() + v.size() / 2, v.end());
@@ -107,6 +119,11 @@ std::string FitSummary::summary() const {
       steps, format_count(static_cast<double>(tokens)), format_duration(seconds), tokens_per_s,
       mfu > 0 ? absl::StrFormat("%.1f%%", 100 * mfu) : std::string("n/a"), final_loss);
   for (const auto& [lang, v] : val_loss) s += absl::StrFormat("\n  val loss %s: %.4f nats/token", lang, v);
+  if (comm_wait_s > 0)
+    s += absl::StrFormat("\n  gradient all-reduce wait: %.2f s of %.2f s step time (%.1f%%)", comm_wait_s, step_s,
+                         step_s > 0 ? 100 * comm_wait_s / step_s : 0.0);
+  if (nan_skipped > 0)
+    s += absl::StrFormat("\n  skipped %d updates with a non-finite loss or gradient (train.nan_skip_limit)", nan_skipped);
   if (!checkpoint.empty()) s += "\n  checkpoint: " + checkpoint;
   return s;
 }
@@ -164,6 +181,7 @@ absl::StatusOr<FitSummary> fit(const FitRequest& req_in, BatchSource& source, co
   }
 
   int64_t step = 0, tokens = 0;
+  int64_t nan_skipped = 0;  // updates skipped for a non-finite loss/gradient, whole run (train.nan_skip_limit)
   const std::string metrics_path = (run / "metrics.jsonl").string();
   if (req.resume) {
     LM_ASSIGN_OR_RETURN(std::string ckpt, find_checkpoint(req.run_dir, -1));
@@ -175,6 +193,7 @@ absl::StatusOr<FitSummary> fit(const FitRequest& req_in, BatchSource& source, co
     if (state.contains("rng_cpu")) LM_RETURN_IF_ERROR(set_cpu_rng_state(state["rng_cpu"].get<std::string>()));
     step = state["step"].get<int64_t>();
     tokens = state["tokens"].get<int64_t>();
+    nan_skipped = state.value("nan_skipped", int64_t{0});
     if (main_rank) LM_RETURN_IF_ERROR(truncate_metrics(metrics_path, step));
     log_info("resumed from %s (step %d, %s tokens)", ckpt, step, format_count(static_cast<double>(tokens)));
   } else if (main_rank) {
@@ -187,6 +206,19 @@ absl::StatusOr<FitSummary> fit(const FitRequest& req_in, BatchSource& source, co
     if (!grad.ok())
       return absl::InternalError("start-up verification failed, not training:\n" + grad.summary());
     log_info("%s", grad.summary());
+  }
+
+  // Gradient averaging: hooks are registered after the start-up check so its backward stays local.
+  std::unique_ptr<GradSync> grad_sync;
+  if (comm != nullptr) {
+    grad_sync = std::make_unique<GradSync>(
+        plist, comm->world(), [comm](torch::Tensor t) { return comm->start_sum(std::move(t)); }, tc.ddp_overlap,
+        static_cast<int64_t>(tc.ddp_bucket_mb * (1 << 20)));
+    if (main_rank)
+      log_info("data parallel: %d ranks, %s, gradient all-reduce %s backward%s", comm->world(), comm->backend(),
+               tc.ddp_overlap ? "overlapped with" : "after",
+               tc.ddp_overlap ? absl::StrFormat(" (%d buckets of <= %.0f MiB)", grad_sync->stats().buckets, tc.ddp_bucket_mb)
+                              : std::string());
   }
 
   const bool bf16 = tc.dtype == "bf16";
@@ -205,6 +237,7 @@ absl::StatusOr<FitSummary> fit(const FitRequest& req_in, BatchSource& source, co
 
   std::ofstream metrics;
   if (main_rank) metrics.open(metrics_path, std::ios::app);
+  if (main_rank && !metrics) return stream_error(metrics_path);
 
   auto trainer_state = [&](double loss) {
     Json s;
@@ -218,6 +251,7 @@ absl::StatusOr<FitSummary> fit(const FitRequest& req_in, BatchSource& source, co
     s["rank"] = req.rank;
     s["code_version"] = kCodeVersion;
     s["loss"] = loss;
+    s["nan_skipped"] = nan_skipped;
     return s;
   };
   FitSummary sum;
@@ -256,9 +290,14 @@ absl::StatusOr<FitSummary> fit(const FitRequest& req_in, BatchSource& source, co
   int64_t tokens_at_log = tokens;
   double last_loss = 0;
   bool sentinel_warned = false;
+  double interval_step_s = 0, interval_comm_s = 0;  // summed over the steps since the last log line
+  int64_t interval_steps = 0;
   Progress progress("train", static_cast<double>(tc.steps), "steps");
   while (step < tc.steps) {
     const double lr = lr_at(tc, step);
+    const bool inject_nan = tc.inject_nan_step >= 0 && step >= tc.inject_nan_step &&
+                            step < tc.inject_nan_step + tc.inject_nan_steps;
+    const auto t_step = Clock::now();
     optim.zero_grad();
     double step_loss = 0;
     {
@@ -267,15 +306,27 @@ absl::StatusOr<FitSummary> fit(const FitRequest& req_in, BatchSource& source, co
         source.next(&flat);
         auto window = to_window_tensor(flat, tc.micro_batch, tc.seq_len + 1, device);
         auto loss = model->loss(window) / static_cast<double>(tc.grad_accum);
+        if (inject_nan && tc.inject_nan_in == "loss") loss = loss * std::numeric_limits<double>::quiet_NaN();
+        // Only the last micro-batch's backward all-reduces (the others accumulate locally).
+        if (grad_sync) grad_sync->before_backward(micro == tc.grad_accum - 1);
         loss.backward();
         step_loss += loss.item<double>();
       }
     }
-    if (comm != nullptr) {
-      comm->average_gradients(plist);
+    double comm_wait = 0;
+    if (grad_sync) {
+      // Time blocked on gradient communication after backward: all of it on the post-backward
+      // path, only what backward did not hide when overlapped. On CUDA, NCCL's wait() only orders
+      // streams, so synchronize to see the exposed time on the host clock.
+      const auto t_wait = Clock::now();
+      grad_sync->finish();
+      if (device.is_cuda()) torch::cuda::synchronize();
+      comm_wait = since(t_wait);
+      sum.buckets_in_backward += grad_sync->stats().launched_in_backward;
+      sum.buckets_synced += grad_sync->stats().buckets;
       step_loss = comm->sum(step_loss) / comm->world();
     }
-    if (step == tc.inject_nan_step) {
+    if (inject_nan && tc.inject_nan_in == "grad") {
       torch::NoGradGuard g;
       for (auto& [n, p] : params) {
         if (n.find("down_proj") != std::string::npos && p.grad().defined()) {
@@ -285,6 +336,9 @@ absl::StatusOr<FitSummary> fit(const FitRequest& req_in, BatchSource& source, co
       }
     }
     const double gnorm = clip_grad_norm(plist, tc.grad_clip);
+    // A non-finite loss or gradient is never applied: skip the update (up to train.nan_skip_limit
+    // in the whole run) or stop with the last good checkpoint named.
+    std::string skipped;  // first bad parameter of a skipped step
     if (!std::isfinite(step_loss) || !std::isfinite(gnorm)) {
       std::string culprit = "none (the loss itself)";
       for (auto& [n, p] : params) {
@@ -293,21 +347,39 @@ absl::StatusOr<FitSummary> fit(const FitRequest& req_in, BatchSource& source, co
           break;
         }
       }
-      std::string last = "none yet";
-      auto latest = latest_checkpoint(req.run_dir);
-      if (latest.ok()) last = *latest;
-      return absl::InternalError(absl::StrFormat(
-          "step %d: non-finite %s (loss %g, grad norm %g), first bad parameter: %s; stopped without "
-          "applying the step; last good checkpoint: %s (lower train.lr or check the data, then --resume)",
-          step + 1, std::isfinite(step_loss) ? "gradient" : "loss", step_loss, gnorm, culprit, last));
+      const std::string what = absl::StrFormat("step %d: non-finite %s (loss %g, grad norm %g), first bad parameter: %s",
+                                               step + 1, std::isfinite(step_loss) ? "gradient" : "loss", step_loss,
+                                               gnorm, culprit);
+      if (nan_skipped >= tc.nan_skip_limit) {
+        std::string last = "none yet";
+        auto latest = latest_checkpoint(req.run_dir);
+        if (latest.ok()) last = *latest;
+        const std::string limit =
+            tc.nan_skip_limit > 0
+                ? absl::StrFormat(" (%d earlier steps skipped, train.nan_skip_limit is %d)", nan_skipped, tc.nan_skip_limit)
+                : std::string();
+        return absl::InternalError(absl::StrFormat(
+            "%s; stopped without applying the step%s; last good checkpoint: %s (lower train.lr or check the data, "
+            "then --resume)",
+            what, limit, last));
+      }
+      ++nan_skipped;
+      skipped = culprit;
+      log_warn("%s; update skipped (%d of train.nan_skip_limit %d)", what, nan_skipped, tc.nan_skip_limit);
+    } else {
+      optim.step(lr);
     }
-    optim.step(lr);
+    interval_step_s += since(t_step);
+    interval_comm_s += comm_wait;
+    ++interval_steps;
+    sum.step_s += since(t_step);
+    sum.comm_wait_s += comm_wait;
     ++step;
     tokens += step_tokens;
-    last_loss = step_loss;
+    if (skipped.empty()) last_loss = step_loss;
     sum.losses.push_back(step_loss);
 
-    if (step % tc.log_interval == 0 || step == tc.steps) {
+    if (step % tc.log_interval == 0 || step == tc.steps || !skipped.empty()) {
       const double dt = since(t_log);
       const double rate = dt > 0 ? static_cast<double>(tokens - tokens_at_log) / dt : 0;
       t_log = Clock::now();
@@ -324,6 +396,16 @@ absl::StatusOr<FitSummary> fit(const FitRequest& req_in, BatchSource& source, co
       Json m = {{"step", step}, {"tokens", tokens}, {"loss", step_loss}, {"lr", lr},
                 {"grad_norm", gnorm}, {"tokens_per_s", rate}, {"mfu", mfu},
                 {"elapsed_s", since(t_start)}};
+      if (nan_skipped > 0) m["nan_skipped"] = nan_skipped;  // in the whole run so far
+      if (!skipped.empty()) m["skipped"] = skipped;         // not applied: first non-finite parameter
+      if (grad_sync) {
+        // Per-step means over this log interval, rank 0's clock (ranks wait for the slowest).
+        m["step_time_s"] = interval_step_s / interval_steps;
+        m["comm_wait_s"] = interval_comm_s / interval_steps;
+        m["comm_wait_share"] = interval_step_s > 0 ? interval_comm_s / interval_step_s : 0;
+      }
+      interval_step_s = interval_comm_s = 0;
+      interval_steps = 0;
       if (tc.eval_interval > 0 && !val.empty() && (step % tc.eval_interval == 0 || step == tc.steps)) {
         auto v = evaluate();
         for (const auto& [lang, x] : v) m["val_loss"][lang] = x;
@@ -332,9 +414,12 @@ absl::StatusOr<FitSummary> fit(const FitRequest& req_in, BatchSource& source, co
       if (main_rank) {
         metrics << m.dump() << "\n";
         metrics.flush();
+        if (!metrics) return stream_error(metrics_path);
         std::string extra = absl::StrFormat("loss %.4f lr %.2e gnorm %.2f %.0f tok/s MFU %s", step_loss, lr,
                                             gnorm, rate,
                                             mfu > 0 ? absl::StrFormat("%.1f%%", 100 * mfu) : std::string("n/a"));
+        if (m.contains("comm_wait_share"))
+          extra += absl::StrFormat(" comm-wait %.0f%%", 100 * m["comm_wait_share"].get<double>());
         if (m.contains("val_loss"))
           for (const auto& [lang, x] : m["val_loss"].items()) extra += absl::StrFormat(" val_%s %.4f", lang, x.get<double>());
         progress.update(static_cast<double>(step), extra);
@@ -366,6 +451,7 @@ absl::StatusOr<FitSummary> fit(const FitRequest& req_in, BatchSource& source, co
   // Every rank brings its own device: MFU is against world_size times one peak.
   sum.mfu = peak.flops > 0 ? sum.tokens_per_s * flops_per_token / (peak.flops * req.world_size) : 0;
   sum.final_loss = last_loss;
+  sum.nan_skipped = nan_skipped;
   return sum;
 }
 

@@ -53,6 +53,11 @@ struct FitSummary {
   std::string checkpoint;
   int stop_signal = 0;  // set when SIGINT/SIGTERM ended the run after a checkpoint
   std::vector<double> losses;  // every step's training loss in this invocation
+  int64_t nan_skipped = 0;     // updates skipped for a non-finite loss/gradient, whole run (train.nan_skip_limit)
+  double step_s = 0;       // summed step time (zero_grad .. optimizer step) in this invocation
+  double comm_wait_s = 0;  // of which blocked on the gradient all-reduce after backward (data parallel)
+  int64_t buckets_synced = 0;        // gradient buckets all-reduced, summed over steps (data parallel)
+  int64_t buckets_in_backward = 0;   // of which started from autograd hooks during backward (overlap)
   std::string summary() const;
 };
 

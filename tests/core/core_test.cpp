@@ -66,9 +66,64 @@ TEST(Config, RoundTripAndLayering) {
   EXPECT_EQ(j["optim"]["steps"][0], 3);
 }
 
+// A number beyond double's range makes nlohmann throw out_of_range, not parse_error; it must come
+// back as a Status like any other bad JSON (fuzz_config, tests/fuzz/corpus/fuzz_config/crash-number-overflow).
+TEST(Config, NumberOverflowIsAnErrorNotACrash) {
+  auto j = lm::parse_json(R"({"lr": 2e9000})", "run.json");
+  ASSERT_FALSE(j.ok());
+  EXPECT_NE(std::string(j.status().message()).find("run.json: not valid JSON"), std::string::npos) << j.status();
+}
+
 TEST(Config, NonIntegerFloatIsRejected) {
   Outer o;
   EXPECT_FALSE(lm::from_json(lm::Json::parse(R"({"batch": 2.5})"), o).ok());
+}
+
+// Out-of-range integers used to wrap silently (4294967297 read into an int as 1) or, written as
+// floats, hit a static_cast outside the type's range (undefined behaviour; fuzz_config input
+// tests/fuzz/corpus/fuzz_config/crash-int-range).
+struct Ints {
+  int32_t threads = 0;
+  uint64_t seed = 0;
+  int64_t steps = 0;
+  template <class V>
+  void visit(V& v) {
+    v("threads", threads);
+    v("seed", seed);
+    v("steps", steps);
+  }
+};
+
+TEST(Config, IntegerOutOfRangeIsAnError) {
+  for (const char* bad : {R"({"threads": 4294967297})", R"({"threads": 1e10})", R"({"threads": 2147483648})",
+                          R"({"seed": -5.0})", R"({"seed": 1.8446744073709552e19})", R"({"steps": 9.3e18})",
+                          R"({"steps": 18446744073709551615})"}) {
+    Ints x;
+    auto st = lm::from_json(lm::Json::parse(bad), x);
+    ASSERT_FALSE(st.ok()) << bad << " read as " << x.threads << " " << x.seed << " " << x.steps;
+    EXPECT_NE(std::string(st.message()).find("expected an integer in ["), std::string::npos) << st;
+  }
+  Ints x;
+  ASSERT_TRUE(lm::from_json(lm::Json::parse(
+      R"({"threads": 2147483647, "seed": 18446744073709551615, "steps": -9223372036854775808})"), x).ok());
+  EXPECT_EQ(x.threads, 2147483647);
+  EXPECT_EQ(x.seed, 18446744073709551615ULL);
+  EXPECT_EQ(x.steps, std::numeric_limits<int64_t>::min());
+}
+
+// The progress line once had one %s fewer than its arguments: gcc cannot check absl formats at
+// compile time, and at run time a mismatched StrFormat returns "", so the line lost its label,
+// percentage and rate (clang-14's check in the fuzz build found it).
+TEST(Log, ProgressLineHasLabelPercentAndRate) {
+  lm::output_options().quiet = false;
+  lm::output_options().interactive = false;
+  lm::Progress p("prepare", 2000, "tok");
+  testing::internal::CaptureStderr();
+  p.finish("loss 3.21");
+  const std::string out = testing::internal::GetCapturedStderr();
+  EXPECT_NE(out.find("prepare 100.0% 2.0k/2.0k tok "), std::string::npos) << out;
+  EXPECT_NE(out.find("tok/s in "), std::string::npos) << out;
+  EXPECT_NE(out.find("| loss 3.21"), std::string::npos) << out;
 }
 
 TEST(File, AtomicWriteReplacesAndLeavesNoTemp) {

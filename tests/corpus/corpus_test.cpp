@@ -216,6 +216,11 @@ TEST_F(CorpusTest, JsonlErrorsNameFileAndLine) {
   EXPECT_NE(st.message().find(p + ":2: expected an object with a string field \"text\""), std::string::npos) << st;
   read_all(R"({"sources":[{"paths":["k.jsonl"],"format":"jsonl","lang":"en"}]})", 0, {}, nullptr, &st);
   EXPECT_NE(st.message().find(q + ":2: not valid JSON"), std::string::npos) << st;
+  // A number beyond double's range is nlohmann's out_of_range, not parse_error: once an uncaught
+  // exception (fuzz_corpus, tests/fuzz/corpus/fuzz_corpus/crash-jsonl-number-overflow).
+  std::string r = write("r.jsonl", "{\"text\":\"ok\"}\n{\"text\":\"x\",\"n\":1e999}\n");
+  read_all(R"({"sources":[{"paths":["r.jsonl"],"format":"jsonl","lang":"en"}]})", 0, {}, nullptr, &st);
+  EXPECT_NE(st.message().find(r + ":2: not valid JSON"), std::string::npos) << st;
 }
 
 TEST_F(CorpusTest, CorruptGzipIsDataLoss) {

@@ -1,5 +1,7 @@
 #include <gtest/gtest.h>
 
+#include <cstring>
+
 #include <torch/torch.h>
 
 #include "model/config.h"
@@ -172,6 +174,16 @@ TEST(Safetensors, FlippedHeaderByteIsAClearError) {
   EXPECT_EQ(f.status().code(), absl::StatusCode::kDataLoss);
   EXPECT_NE(std::string(f.status().message()).find("model.safetensors: header is not valid JSON"),
             std::string::npos) << f.status();
+  // A number beyond double's range in the header (out_of_range, not parse_error): a clean error.
+  const std::string huge_json = R"({"x":{"dtype":"F32","shape":[1e999],"data_offsets":[0,4]}})";
+  std::string huge(8, '\0');
+  const uint64_t hlen = huge_json.size();
+  std::memcpy(huge.data(), &hlen, 8);
+  huge += huge_json + std::string(4, '\0');
+  auto h = decode_safetensors(huge, "model.safetensors");
+  ASSERT_FALSE(h.ok());
+  EXPECT_NE(std::string(h.status().message()).find("model.safetensors: header is not valid JSON"),
+            std::string::npos) << h.status();
   // A flipped digit inside a shape: the byte count no longer matches.
   std::string shape_flip = bytes;
   auto pos = shape_flip.find("\"shape\":[512");

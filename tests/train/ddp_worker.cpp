@@ -1,6 +1,10 @@
 // One rank of the data-parallel test (tests/train/ddp_test.cpp starts 1 or 2 of these).
 // Trains the tiny preset on synthetic rows for --steps, writes the losses to --losses.
+// Environment knobs: LM_DDP_OVERLAP=0 (post-backward all-reduce), LM_DDP_BUCKET_MB, LM_DDP_ACCUM
+// (micro-batches per step; the global batch stays the same), LM_DDP_DEVICE=cuda, LM_DDP_FORCE_COMM=1
+// (a process group even with WORLD_SIZE=1: the NCCL smoke run), LM_DDP_STATS=FILE (bucket counts).
 #include <cstdio>
+#include <cstdlib>
 #include <fstream>
 
 #include "core/log.h"
@@ -9,6 +13,13 @@
 #include "tests/train/synthetic_source.h"
 #include "train/distributed.h"
 #include "train/trainer.h"
+
+namespace {
+const char* env_or(const char* name, const char* fallback) {
+  const char* v = std::getenv(name);
+  return v != nullptr && *v != 0 ? v : fallback;
+}
+}  // namespace
 
 int main(int argc, char** argv) {
   if (argc < 6) {
@@ -20,8 +31,9 @@ int main(int argc, char** argv) {
   auto env = lm::train::dist_env_from_environment();
   if (!env.ok()) return lm::report_error(env.status());
   std::unique_ptr<lm::train::Comm> comm;
-  if (env->active()) {
-    auto c = lm::train::Comm::connect(*env, torch::kCPU, std::chrono::seconds(60));
+  const std::string device = env_or("LM_DDP_DEVICE", "cpu");
+  if (env->active() || std::atoi(env_or("LM_DDP_FORCE_COMM", "0")) != 0) {
+    auto c = lm::train::Comm::connect(*env, device == "cuda" ? torch::kCUDA : torch::kCPU, std::chrono::seconds(60));
     if (!c.ok()) return lm::report_error(c.status());
     comm = std::move(*c);
   }
@@ -29,7 +41,11 @@ int main(int argc, char** argv) {
   r.run_dir = argv[1];
   r.model = *lm::model::preset("tiny");
   r.train.steps = std::atoi(argv[2]);
-  r.train.micro_batch = std::atoi(argv[3]) / env->world;
+  r.train.grad_accum = std::atoi(env_or("LM_DDP_ACCUM", "1"));
+  r.train.micro_batch = std::atoi(argv[3]) / env->world / r.train.grad_accum;
+  r.train.ddp_overlap = std::atoi(env_or("LM_DDP_OVERLAP", "1")) != 0;
+  r.train.ddp_bucket_mb = std::atof(env_or("LM_DDP_BUCKET_MB", "25"));
+  r.train.device = device;
   r.train.seq_len = 32;
   r.train.warmup_steps = 2;
   r.train.log_interval = 1;
@@ -50,6 +66,11 @@ int main(int argc, char** argv) {
   if (env->rank == 0 && argc > 6) {
     std::ofstream out(argv[6]);
     for (double l : sum->losses) out << std::hexfloat << l << "\n";
+  }
+  if (const char* stats = std::getenv("LM_DDP_STATS"); stats != nullptr && env->rank == 0) {
+    std::ofstream out(stats);
+    out << sum->buckets_synced << " " << sum->buckets_in_backward << " " << sum->comm_wait_s << " " << sum->step_s
+        << "\n";
   }
   return 0;
 }

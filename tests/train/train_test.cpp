@@ -1,7 +1,9 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <cmath>
 #include <filesystem>
+#include <sstream>
 
 #include "core/file.h"
 #include "core/log.h"
@@ -212,6 +214,146 @@ TEST_F(TrainTest, NaNStopsWithLastCheckpointIntact) {
   auto again = run_fit(r);
   ASSERT_TRUE(again.ok()) << again.status();
   EXPECT_EQ(again->start_step, 10);
+}
+
+TEST_F(TrainTest, NaNInTheLossStopsNamingStepAndParameter) {
+  auto r = tiny_request(temp_run("nan_loss"), 30);
+  r.train.inject_nan_step = 14;
+  r.train.inject_nan_in = "loss";
+  auto s = run_fit(r);
+  ASSERT_FALSE(s.ok());
+  const std::string msg(s.status().message());
+  EXPECT_NE(msg.find("step 15: non-finite loss"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("first bad parameter: model."), std::string::npos) << msg;
+  EXPECT_NE(msg.find("step-00000010"), std::string::npos) << msg;
+}
+
+std::vector<Json> metrics_lines(const std::string& run_dir) {
+  std::vector<Json> v;
+  std::istringstream in(*read_file(run_dir + "/metrics.jsonl"));
+  std::string line;
+  while (std::getline(in, line)) v.push_back(Json::parse(line));
+  return v;
+}
+
+TEST_F(TrainTest, NaNSkipLeavesWeightsAsBeforeCountsAndContinues) {
+  // Steps 15 and 16 (1-based) get a NaN gradient; with train.nan_skip_limit 2 both are skipped.
+  auto a = tiny_request(temp_run("skip_a"), 30);
+  a.train.inject_nan_step = 14;
+  a.train.inject_nan_steps = 2;
+  a.train.nan_skip_limit = 2;
+  a.train.stop_at_step = 16;
+  auto sa = run_fit(a);
+  ASSERT_TRUE(sa.ok()) << sa.status();
+  EXPECT_EQ(sa->nan_skipped, 2);
+  // A skipped step applies nothing: weights and optimizer state after step 16 equal those after
+  // step 14 of a run without the fault (bit for bit: same data and arithmetic up to step 14).
+  auto b = tiny_request(temp_run("skip_b"), 30);
+  b.train.stop_at_step = 14;
+  auto sb = run_fit(b);
+  ASSERT_TRUE(sb.ok()) << sb.status();
+  for (const char* f : {"/model.safetensors", "/optimizer.safetensors"})
+    EXPECT_EQ(*read_file(sa->checkpoint + f), *read_file(sb->checkpoint + f)) << f;
+  // Logged: a metrics line for each skipped step naming the parameter, the count from then on.
+  int skipped_lines = 0;
+  for (const auto& m : metrics_lines(a.run_dir)) {
+    const int64_t step = m["step"].get<int64_t>();
+    if (step == 15 || step == 16) {
+      EXPECT_EQ(m.value("skipped", std::string()), "model.layers.0.mlp.down_proj.weight") << m.dump();
+      EXPECT_EQ(m.value("nan_skipped", int64_t{0}), step - 14) << m.dump();
+      ++skipped_lines;
+    } else {
+      EXPECT_FALSE(m.contains("skipped")) << m.dump();
+    }
+  }
+  EXPECT_EQ(skipped_lines, 2);
+  // And the run goes on to the end.
+  a.resume = true;
+  a.train.stop_at_step = -1;
+  auto rest = run_fit(a);
+  ASSERT_TRUE(rest.ok()) << rest.status();
+  EXPECT_EQ(rest->steps, 30);
+  EXPECT_EQ(rest->nan_skipped, 2);
+  EXPECT_TRUE(std::isfinite(rest->final_loss));
+}
+
+TEST_F(TrainTest, NaNSkipStopsOnceTheLimitIsSpent) {
+  auto r = tiny_request(temp_run("skip_limit"), 30);
+  r.train.inject_nan_step = 14;
+  r.train.inject_nan_steps = 2;
+  r.train.nan_skip_limit = 1;
+  auto s = run_fit(r);
+  ASSERT_FALSE(s.ok());
+  const std::string msg(s.status().message());
+  EXPECT_NE(msg.find("step 16: non-finite gradient"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("model.layers.0.mlp.down_proj.weight"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("1 earlier steps skipped, train.nan_skip_limit is 1"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("step-00000010"), std::string::npos) << msg;
+}
+
+TEST_F(TrainTest, NaNSkipCountIsInTheCheckpoint) {
+  // Stop right after the first skip: the resumed run must know the one skip is spent.
+  auto r = tiny_request(temp_run("skip_resume_limit"), 30);
+  r.train.inject_nan_step = 14;
+  r.train.inject_nan_steps = 2;
+  r.train.nan_skip_limit = 1;
+  r.train.stop_at_step = 15;
+  auto s1 = run_fit(r);
+  ASSERT_TRUE(s1.ok()) << s1.status();
+  EXPECT_EQ(s1->nan_skipped, 1);
+  auto state = read_trainer_state(*latest_checkpoint(r.run_dir));
+  ASSERT_TRUE(state.ok());
+  EXPECT_EQ((*state)["nan_skipped"], 1);
+  r.resume = true;
+  r.train.stop_at_step = -1;
+  auto s2 = run_fit(r);
+  ASSERT_FALSE(s2.ok()) << "the second NaN must exceed the limit of 1 after resume";
+  EXPECT_NE(std::string(s2.status().message()).find("step 16: non-finite"), std::string::npos) << s2.status();
+}
+
+TEST_F(TrainTest, NaNSkipResumeIsBitIdentical) {
+  auto full = tiny_request(temp_run("skip_full"), 30);
+  full.train.inject_nan_step = 14;
+  full.train.inject_nan_steps = 2;
+  full.train.nan_skip_limit = 3;
+  auto sf = run_fit(full);
+  ASSERT_TRUE(sf.ok()) << sf.status();
+  auto part = full;
+  part.run_dir = temp_run("skip_part").string();
+  part.train.stop_at_step = 15;  // between the two skipped steps
+  auto s1 = run_fit(part);
+  ASSERT_TRUE(s1.ok()) << s1.status();
+  part.resume = true;
+  part.train.stop_at_step = -1;
+  auto s2 = run_fit(part);
+  ASSERT_TRUE(s2.ok()) << s2.status();
+  EXPECT_EQ(s2->nan_skipped, sf->nan_skipped);
+  EXPECT_EQ(sf->nan_skipped, 2);
+  std::vector<double> joined = s1->losses;
+  joined.insert(joined.end(), s2->losses.begin(), s2->losses.end());
+  ASSERT_EQ(joined.size(), sf->losses.size());
+  for (size_t i = 0; i < joined.size(); ++i) EXPECT_EQ(joined[i], sf->losses[i]) << "step " << i + 1;
+  for (const char* f : {"/model.safetensors", "/optimizer.safetensors"})
+    EXPECT_EQ(*read_file(sf->checkpoint + f), *read_file(s2->checkpoint + f)) << f;
+}
+
+TEST_F(TrainTest, ResavingTheLatestStepLeavesItInPlace) {
+  // A signal right after a periodic checkpoint saves the same step again: the folder `latest`
+  // names must not be deleted and rewritten (a kill in between would leave no checkpoint).
+  auto r = tiny_request(temp_run("resave"), 10);
+  auto s = run_fit(r);
+  ASSERT_TRUE(s.ok()) << s.status();
+  const std::string before = *read_file(s->checkpoint + "/model.safetensors");
+  model::Transformer m(r.model);
+  m->init_weights(99);
+  std::vector<std::pair<std::string, torch::Tensor>> params;
+  for (auto& p : m->named_parameters()) params.emplace_back(p.key(), p.value());
+  AdamW opt(params, r.train);
+  ASSERT_TRUE(save_checkpoint(r.run_dir, 10, m, opt, Json{{"step", 10}}, 3).ok());
+  EXPECT_EQ(*read_file(s->checkpoint + "/model.safetensors"), before);
+  ASSERT_TRUE(save_checkpoint(r.run_dir, 11, m, opt, Json{{"step", 11}}, 3).ok());  // a new step as usual
+  EXPECT_EQ(*latest_checkpoint(r.run_dir), r.run_dir + "/checkpoints/step-00000011");
+  EXPECT_NE(*read_file(r.run_dir + "/checkpoints/step-00000011/model.safetensors"), before);
 }
 
 TEST_F(TrainTest, ResumeRefusesOtherConfigTokenizerOrLayout) {

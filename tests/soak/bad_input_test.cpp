@@ -1,0 +1,640 @@
+// The bad-input matrix of docs/reliability.md (issue 12), end to end: every case runs the real
+// lmtrain / lmeval and checks the exit code (2 for bad input, a full disk included), the message
+// on stderr, and that no file that existed before the command was changed, deleted or added to.
+// A shared workspace (tokenizers, shards, runs of the tiny preset) is built once per build tree;
+// each test works on its own copy, so a damaged file never leaks into another test.
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/resource.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <functional>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "core/config.h"
+#include "core/file.h"
+
+namespace {
+namespace fs = std::filesystem;
+
+const std::string kLmtrain = LM_BINARY_DIR "/app/lmtrain";
+const std::string kLmeval = LM_BINARY_DIR "/app/lmeval";
+const std::string kSampleCorpus = LM_SOURCE_DIR "/data/sample/corpus.json";
+
+struct Result {
+  int rc = -1;  // exit status, or 128+N after signal N
+  std::string out, err;
+};
+
+std::string slurp(const fs::path& p) {
+  auto s = lm::read_file(p.string());
+  return s.ok() ? *s : std::string();
+}
+
+void spit(const fs::path& p, const std::string& bytes) {
+  fs::create_directories(p.parent_path());
+  std::ofstream(p, std::ios::binary) << bytes;
+}
+
+// Runs argv[0] with argv, stdout and stderr captured in files under `logs`. `fsize_limit` sets
+// RLIMIT_FSIZE in the child with SIGXFSZ ignored, so a write past it fails with EFBIG the way a
+// full disk fails with ENOSPC (the product must handle both the same way).
+Result run(const std::vector<std::string>& argv, const fs::path& logs, rlim_t fsize_limit = RLIM_INFINITY) {
+  static int n = 0;
+  fs::create_directories(logs);
+  const fs::path out = logs / ("cmd" + std::to_string(n) + ".out"), err = logs / ("cmd" + std::to_string(n) + ".err");
+  ++n;
+  std::string line;
+  for (const auto& a : argv) line += a + " ";
+  const pid_t pid = fork();
+  if (pid == 0) {
+    const int fo = ::open(out.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    const int fe = ::open(err.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    dup2(fo, 1);
+    dup2(fe, 2);
+    if (fsize_limit != RLIM_INFINITY) {
+      signal(SIGXFSZ, SIG_IGN);
+      struct rlimit rl = {fsize_limit, fsize_limit};
+      setrlimit(RLIMIT_FSIZE, &rl);
+    }
+    std::vector<char*> args;
+    for (const auto& a : argv) args.push_back(const_cast<char*>(a.c_str()));
+    args.push_back(nullptr);
+    execv(args[0], args.data());
+    _exit(127);
+  }
+  int status = 0;
+  waitpid(pid, &status, 0);
+  Result r;
+  r.rc = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+  r.out = slurp(out);
+  r.err = slurp(err);
+  std::fprintf(stderr, "$ %s\n  -> exit %d\n%s", line.c_str(), r.rc, r.err.c_str());
+  return r;
+}
+
+// Every regular file under `root`, relative path -> size and content hash.
+using Snapshot = std::map<std::string, std::string>;
+Snapshot snapshot(const fs::path& root) {
+  Snapshot s;
+  for (const auto& e : fs::recursive_directory_iterator(root)) {
+    if (!e.is_regular_file()) continue;
+    const std::string bytes = slurp(e.path());
+    s[fs::relative(e.path(), root).string()] =
+        std::to_string(bytes.size()) + ":" + lm::hex64(lm::fnv1a64(bytes.data(), bytes.size()));
+  }
+  return s;
+}
+
+// No file that existed was changed or deleted; with !allow_new, none was added either (a failed
+// command must not leave half an output behind).
+void expect_unchanged(const Snapshot& before, const fs::path& root, bool allow_new = false) {
+  const Snapshot after = snapshot(root);
+  for (const auto& [p, h] : before) {
+    auto it = after.find(p);
+    if (it == after.end()) ADD_FAILURE() << p << " was deleted";
+    else if (it->second != h) ADD_FAILURE() << p << " was changed";
+  }
+  if (!allow_new)
+    for (const auto& [p, h] : after)
+      if (!before.count(p)) ADD_FAILURE() << p << " was created";
+}
+
+#define EXPECT_BAD_INPUT(result, ...)                                               \
+  do {                                                                              \
+    const Result& r_ = (result);                                                    \
+    EXPECT_EQ(r_.rc, 2) << r_.err;                                                  \
+    for (const std::string& needle : std::vector<std::string>{__VA_ARGS__})         \
+      EXPECT_NE(r_.err.find(needle), std::string::npos) << "want '" << needle << "' in: " << r_.err; \
+  } while (0)
+
+const char* kRunJson = R"({"train": {"steps": 9, "micro_batch": 2, "seq_len": 32, "warmup_steps": 2,
+  "log_interval": 1, "checkpoint_interval": 3, "keep_last": 5, "eval_interval": 0}})";
+
+// Built once per build tree (ctest runs every test in its own process): a private folder is filled
+// and renamed into place, so parallel test processes never see half a workspace.
+const fs::path& shared_ws() {
+  static const fs::path ws = [] {
+    const fs::path dir = fs::path(LM_BINARY_DIR) / "tests" / "soak" / "bad_input_ws";
+    if (fs::exists(dir / "COMPLETE")) return dir;
+    const fs::path tmp = dir.string() + ".tmp." + std::to_string(getpid());
+    fs::remove_all(tmp);
+    fs::create_directories(tmp);
+    const fs::path logs = tmp / "logs";
+    auto must = [&](const std::vector<std::string>& argv) {
+      Result r = run(argv, logs);
+      if (r.rc != 0) {
+        std::fprintf(stderr, "workspace: failed (%d): %s\n", r.rc, r.err.c_str());
+        std::abort();
+      }
+    };
+    const std::string t = tmp.string();
+    const std::vector<std::string> q = {"--threads", "2", "-q"};
+    auto cmd = [&](std::vector<std::string> v) {
+      v.insert(v.end(), q.begin(), q.end());
+      return v;
+    };
+    must(cmd({kLmtrain, "tokenizer", "--corpus", kSampleCorpus, "--vocab-size", "512", "--out", t + "/tok"}));
+    must(cmd({kLmtrain, "tokenizer", "--corpus", kSampleCorpus, "--vocab-size", "600", "--out", t + "/tok_other"}));
+    must(cmd({kLmtrain, "prepare", "--corpus", kSampleCorpus, "--tokenizer", t + "/tok", "--out", t + "/shards"}));
+    spit(tmp / "run.json", kRunJson);
+    const std::vector<std::string> fit = {kLmtrain, "fit", "--data", t + "/shards", "--preset", "tiny",
+                                          "--config", t + "/run.json"};
+    auto fit_to = [&](const std::string& out, std::vector<std::string> extra) {
+      auto v = fit;
+      v.insert(v.end(), {"--out", out});
+      v.insert(v.end(), extra.begin(), extra.end());
+      return cmd(v);
+    };
+    // run: 9-step schedule stopped at step 6 (checkpoints 3 and 6); ref: the same 9 steps unbroken.
+    must(fit_to(t + "/run", {"--stop-at-step", "6"}));
+    must(fit_to(t + "/ref", {}));
+    // other: another preset (small), 3 steps on the same shards.
+    must(cmd({kLmtrain, "fit", "--data", t + "/shards", "--preset", "small", "--config", t + "/run.json", "--steps",
+              "3", "--out", t + "/other"}));
+    fs::remove_all(logs);
+    spit(tmp / "COMPLETE", "");
+    std::error_code ec;
+    fs::rename(tmp, dir, ec);
+    if (ec) fs::remove_all(tmp);  // another process got there first
+    return dir;
+  }();
+  return ws;
+}
+
+class BadInput : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (!fs::exists(kLmtrain) || !fs::exists(kLmeval)) GTEST_SKIP() << "lmtrain/lmeval not built";
+    root_ = fs::temp_directory_path() / ("lm_bad_input_" + std::to_string(getpid())) /
+            ::testing::UnitTest::GetInstance()->current_test_info()->name();
+    fs::remove_all(root_);
+    fs::create_directories(ws());
+  }
+  void TearDown() override {
+    if (!HasFailure()) fs::remove_all(root_);
+  }
+  fs::path ws() const { return root_ / "ws"; }      // what the command may read (snapshotted)
+  fs::path logs() const { return root_ / "logs"; }  // its stdout/stderr
+  std::string w(const std::string& rel) const { return (ws() / rel).string(); }
+  // Copies a part of the shared workspace into this test's own.
+  void copy_in(const std::string& rel) {
+    fs::copy(shared_ws() / rel, ws() / rel, fs::copy_options::recursive);
+  }
+  Result lmtrain(std::vector<std::string> args, rlim_t fsize = RLIM_INFINITY) {
+    args.insert(args.begin(), kLmtrain);
+    args.insert(args.end(), {"--threads", "2", "-q"});
+    return run(args, logs(), fsize);
+  }
+  Result lmeval(std::vector<std::string> args) {
+    args.insert(args.begin(), kLmeval);
+    args.insert(args.end(), {"--threads", "2", "-q"});
+    return run(args, logs());
+  }
+  // fit on the (copied) shards with the tiny preset (unless args name one) and the workspace's
+  // run.json. The shards record the absolute path of the tokenizer they were made with, which is
+  // the shared workspace's, so a new run names this test's copy (unless args name one); a resumed
+  // run uses the copy inside its run folder.
+  Result fit(std::vector<std::string> args, rlim_t fsize = RLIM_INFINITY) {
+    auto has = [&](const char* flag) { return std::find(args.begin(), args.end(), flag) != args.end(); };
+    std::vector<std::string> v = {"fit", "--data", w("shards"), "--config", w("run.json")};
+    if (!has("--preset")) v.insert(v.end(), {"--preset", "tiny"});
+    if (!has("--tokenizer") && !has("--resume")) v.insert(v.end(), {"--tokenizer", w("tok")});
+    v.insert(v.end(), args.begin(), args.end());
+    return lmtrain(v, fsize);
+  }
+  Result prepare(const std::string& corpus) {
+    return lmtrain({"prepare", "--corpus", corpus, "--tokenizer", w("tok"), "--out", w("shards")});
+  }
+  std::string latest_of(const std::string& run) const {
+    std::string s = slurp(ws() / run / "latest");
+    while (!s.empty() && s.back() == '\n') s.pop_back();
+    return s;
+  }
+  fs::path root_;
+};
+
+// ---- corpus and tokenizer inputs (lmtrain prepare / tokenizer) --------------------------------
+
+// A corpus.json with one source of `format` reading `file` (written with `bytes` unless null).
+std::string corpus_with(const fs::path& dir, const std::string& file, const char* bytes,
+                        const std::string& format = "lines") {
+  if (bytes != nullptr) spit(dir / file, bytes);
+  const std::string extra = format == "jsonl" ? R"(, "text_field": "text")" : "";
+  spit(dir / "corpus.json", R"({"sources": [{"paths": [")" + file + R"("], "format": ")" + format + R"(", "lang": "bn")" +
+                                extra + "}]}");
+  return (dir / "corpus.json").string();
+}
+
+TEST_F(BadInput, CorpusManifestMissing) {
+  copy_in("tok"); copy_in("shards");
+  const Snapshot before = snapshot(ws());
+  EXPECT_BAD_INPUT(prepare(w("nope/corpus.json")), "nope/corpus.json");
+  expect_unchanged(before, ws());
+}
+
+TEST_F(BadInput, CorpusFileMissing) {
+  copy_in("tok"); copy_in("shards");
+  const std::string corpus = corpus_with(ws() / "corpus", "missing.txt", nullptr);
+  const Snapshot before = snapshot(ws());
+  EXPECT_BAD_INPUT(prepare(corpus), "missing.txt", "no file matches");
+  expect_unchanged(before, ws());
+}
+
+TEST_F(BadInput, CorpusEmpty) {
+  copy_in("tok"); copy_in("shards");
+  const std::string corpus = corpus_with(ws() / "corpus", "empty.txt", "");
+  const Snapshot before = snapshot(ws());
+  EXPECT_BAD_INPUT(prepare(corpus), "corpus.json", "no documents");
+  expect_unchanged(before, ws());
+  EXPECT_BAD_INPUT(lmtrain({"tokenizer", "--corpus", corpus, "--vocab-size", "400", "--out", w("tok")}),
+                   "no text");
+  expect_unchanged(before, ws());
+}
+
+TEST_F(BadInput, CorpusInvalidUtf8NamesFileAndLine) {
+  copy_in("tok"); copy_in("shards");
+  const std::string corpus = corpus_with(ws() / "corpus", "bad.txt", "a good line\nnot \xff valid\n");
+  const Snapshot before = snapshot(ws());
+  EXPECT_BAD_INPUT(prepare(corpus), "bad.txt:2", "UTF-8");
+  expect_unchanged(before, ws());
+  EXPECT_BAD_INPUT(lmtrain({"tokenizer", "--corpus", corpus, "--vocab-size", "400", "--out", w("tok")}),
+                   "bad.txt:2", "UTF-8");
+  expect_unchanged(before, ws());
+}
+
+TEST_F(BadInput, JsonlLineNotJson) {
+  copy_in("tok"); copy_in("shards");
+  const std::string corpus =
+      corpus_with(ws() / "corpus", "docs.jsonl", "{\"text\": \"one\"}\nthis is not json\n", "jsonl");
+  const Snapshot before = snapshot(ws());
+  EXPECT_BAD_INPUT(prepare(corpus), "docs.jsonl:2");
+  expect_unchanged(before, ws());
+}
+
+TEST_F(BadInput, JsonlLineWithoutTextField) {
+  copy_in("tok"); copy_in("shards");
+  const std::string corpus =
+      corpus_with(ws() / "corpus", "docs.jsonl", "{\"text\": \"one\"}\n{\"body\": \"two\"}\n", "jsonl");
+  const Snapshot before = snapshot(ws());
+  EXPECT_BAD_INPUT(prepare(corpus), "docs.jsonl:2", "text");
+  expect_unchanged(before, ws());
+}
+
+// The error comes after some shards could already be full: prepare must not have replaced any
+// shard of the existing folder by then (the manifest would describe other files).
+TEST_F(BadInput, BadLineLateInTheCorpusLeavesExistingShardsAlone) {
+  copy_in("tok"); copy_in("shards");
+  spit(ws() / "corpus" / "bad.txt", "a good line\nnot \xff valid\n");
+  spit(ws() / "corpus" / "corpus.json",
+       R"({"sources": [{"paths": [")" LM_SOURCE_DIR R"(/data/sample/bn_news.txt.gz"], "format": "lines", "lang": "bn"},
+                      {"paths": ["bad.txt"], "format": "lines", "lang": "bn"}]})");
+  const Snapshot before = snapshot(ws());
+  EXPECT_BAD_INPUT(lmtrain({"prepare", "--corpus", w("corpus/corpus.json"), "--tokenizer", w("tok"), "--out",
+                            w("shards"), "--shard-tokens", "2000"}),
+                   "bad.txt:2");
+  expect_unchanged(before, ws());
+}
+
+TEST_F(BadInput, TokenizerFileNotSentencePiece) {
+  copy_in("tok"); copy_in("shards"); copy_in("run.json");
+  spit(ws() / "tok" / "spm.model", "this is not a protobuf");
+  const Snapshot before = snapshot(ws());
+  EXPECT_BAD_INPUT(prepare(kSampleCorpus), "tok/spm.model", "not a valid SentencePiece model");
+  expect_unchanged(before, ws());
+  EXPECT_BAD_INPUT(fit({"--tokenizer", w("tok"), "--out", w("run")}), "tok/spm.model", "not a valid SentencePiece model");
+  expect_unchanged(before, ws());
+}
+
+// ---- run config (lmtrain fit --config) ---------------------------------------------------------
+
+class BadConfig : public BadInput {
+ protected:
+  void SetUp() override {
+    BadInput::SetUp();
+    if (IsSkipped()) return;
+    copy_in("shards"); copy_in("tok"); copy_in("run.json");
+  }
+  void expect_refused(const std::string& json, const std::vector<std::string>& needles) {
+    spit(ws() / "bad.json", json);
+    const Snapshot before = snapshot(ws());
+    Result r = lmtrain({"fit", "--data", w("shards"), "--preset", "tiny", "--config", w("bad.json"), "--tokenizer", w("tok"),
+                        "--out", w("new")});
+    EXPECT_EQ(r.rc, 2) << r.err;
+    for (const auto& n : needles) EXPECT_NE(r.err.find(n), std::string::npos) << "want '" << n << "' in: " << r.err;
+    expect_unchanged(before, ws());
+    EXPECT_FALSE(fs::exists(ws() / "new")) << "a refused run must not create its folder";
+  }
+};
+
+TEST_F(BadConfig, UnknownKeyNamesDottedPath) {
+  expect_refused(R"({"train": {"stepz": 3}})", {"bad.json", "train.stepz"});
+  expect_refused(R"({"model": {"d_modle": 64}})", {"bad.json", "model.d_modle"});
+}
+
+TEST_F(BadConfig, WrongTypeNamesDottedPath) { expect_refused(R"({"train": {"steps": "five"}})", {"train.steps"}); }
+
+TEST_F(BadConfig, NegativeBatch) {
+  expect_refused(R"({"train": {"micro_batch": -4}})", {"train.micro_batch: must be positive, got -4"});
+  const Snapshot before = snapshot(ws());
+  EXPECT_BAD_INPUT(fit({"--micro-batch", "-4", "--out", w("new")}), "train.micro_batch: must be positive, got -4");
+  expect_unchanged(before, ws());
+}
+
+TEST_F(BadConfig, NotJsonNamesLine) { expect_refused("{\"train\": {\n  \"steps\": 3,\n}", {"bad.json:3"}); }
+
+TEST_F(BadConfig, NegativeNanSkipLimit) {
+  expect_refused(R"({"train": {"nan_skip_limit": -1}})", {"train.nan_skip_limit"});
+}
+
+// ---- token shards (lmtrain fit --data) ---------------------------------------------------------
+
+class BadShard : public BadInput {
+ protected:
+  void SetUp() override {
+    BadInput::SetUp();
+    if (IsSkipped()) return;
+    copy_in("shards"); copy_in("tok"); copy_in("run.json");
+    for (const auto& e : fs::directory_iterator(ws() / "shards"))
+      if (e.path().filename().string().find(".train.") != std::string::npos) shard_ = e.path();
+    ASSERT_FALSE(shard_.empty());
+  }
+  void damage(const std::function<void(std::string&)>& f) {
+    std::string b = slurp(shard_);
+    f(b);
+    spit(shard_, b);
+  }
+  Result fit_new() { return fit({"--out", w("new")}); }
+  fs::path shard_;
+};
+
+TEST_F(BadShard, WrongMagic) {
+  damage([](std::string& b) { b.replace(0, 4, "NOPE"); });
+  const Snapshot before = snapshot(ws());
+  EXPECT_BAD_INPUT(fit_new(), shard_.filename().string(), "magic");
+  expect_unchanged(before, ws());
+  EXPECT_FALSE(fs::exists(ws() / "new"));
+}
+
+TEST_F(BadShard, TruncatedPayload) {
+  damage([](std::string& b) { b.resize(b.size() - 16); });
+  const Snapshot before = snapshot(ws());
+  EXPECT_BAD_INPUT(fit_new(), shard_.filename().string(), "truncated");
+  expect_unchanged(before, ws());
+}
+
+TEST_F(BadShard, FlippedPayloadByte) {
+  damage([](std::string& b) { b[b.size() / 2] ^= 0x10; });
+  const Snapshot before = snapshot(ws());
+  EXPECT_BAD_INPUT(fit_new(), shard_.filename().string(), "checksum");
+  expect_unchanged(before, ws());
+}
+
+TEST_F(BadShard, OtherTokenizer) {
+  copy_in("tok_other");
+  const Snapshot before = snapshot(ws());
+  EXPECT_BAD_INPUT(fit({"--tokenizer", w("tok_other"), "--out", w("new")}), "tokenizer", "lmtrain prepare");
+  expect_unchanged(before, ws());
+  EXPECT_FALSE(fs::exists(ws() / "new"));
+}
+
+// ---- checkpoints (lmtrain fit --resume, lmeval) ------------------------------------------------
+
+class BadCheckpoint : public BadInput {
+ protected:
+  void SetUp() override {
+    BadInput::SetUp();
+    if (IsSkipped()) return;
+    copy_in("shards"); copy_in("tok"); copy_in("run.json"); copy_in("run");
+    ckpt_ = ws() / "run" / "checkpoints" / latest_of("run");
+    ASSERT_TRUE(fs::exists(ckpt_ / "model.safetensors")) << ckpt_;
+  }
+  Result resume(std::vector<std::string> extra = {}) {
+    std::vector<std::string> v = {"--out", w("run"), "--resume"};
+    v.insert(v.end(), extra.begin(), extra.end());
+    return fit(v);
+  }
+  Result nll() { return lmeval({"nll", "--run", w("run"), "--data", w("shards"), "--max-tokens", "256", "--out", w("nll.json")}); }
+  fs::path ckpt_;
+};
+
+TEST_F(BadCheckpoint, MissingFile) {
+  for (const char* f : {"model.safetensors", "optimizer.safetensors", "trainer.json"}) {
+    SCOPED_TRACE(f);
+    const fs::path aside = root_ / f;
+    fs::rename(ckpt_ / f, aside);
+    const Snapshot before = snapshot(ws());
+    EXPECT_BAD_INPUT(resume(), ckpt_.string(), std::string("missing ") + f);
+    expect_unchanged(before, ws());
+    if (std::string(f) == "model.safetensors") {
+      EXPECT_BAD_INPUT(nll(), (ckpt_ / f).string());
+      expect_unchanged(before, ws());
+    }
+    fs::rename(aside, ckpt_ / f);
+  }
+}
+
+TEST_F(BadCheckpoint, TruncatedFile) {
+  for (const char* f : {"model.safetensors", "optimizer.safetensors", "trainer.json"}) {
+    SCOPED_TRACE(f);
+    const std::string good = slurp(ckpt_ / f);
+    spit(ckpt_ / f, good.substr(0, good.size() / 2));
+    const Snapshot before = snapshot(ws());
+    EXPECT_BAD_INPUT(resume(), (ckpt_ / f).string());
+    expect_unchanged(before, ws());
+    if (std::string(f) == "model.safetensors") {
+      EXPECT_BAD_INPUT(nll(), (ckpt_ / f).string());
+      expect_unchanged(before, ws());
+    }
+    spit(ckpt_ / f, good);
+  }
+}
+
+TEST_F(BadCheckpoint, FromAnotherPreset) {
+  // Resuming the tiny run as `small`.
+  Snapshot before = snapshot(ws());
+  EXPECT_BAD_INPUT(fit({"--out", w("run"), "--resume", "--preset", "small"}), "another model config");
+  expect_unchanged(before, ws());
+  // A checkpoint folder of a `small` run dropped into the tiny run under the name `latest` holds.
+  fs::remove_all(ckpt_);
+  const fs::path other = shared_ws() / "other" / "checkpoints" / slurp(shared_ws() / "other" / "latest").substr(0, 13);
+  fs::copy(other, ckpt_, fs::copy_options::recursive);
+  before = snapshot(ws());
+  EXPECT_BAD_INPUT(resume(), "another model config");
+  expect_unchanged(before, ws());
+  EXPECT_BAD_INPUT(nll(), "model.safetensors", "another preset");
+  expect_unchanged(before, ws());
+}
+
+// ---- the run folder -------------------------------------------------------------------------
+
+TEST_F(BadInput, OutputFolderExistsIsRefusedWithoutResumeOrForce) {
+  copy_in("shards"); copy_in("tok"); copy_in("run.json"); copy_in("run");
+  const Snapshot before = snapshot(ws());
+  EXPECT_BAD_INPUT(fit({"--out", w("run")}), w("run"), "already exists", "--resume", "--force");
+  expect_unchanged(before, ws());
+  // And the opposite: --resume where there is no run.
+  EXPECT_BAD_INPUT(fit({"--out", w("none"), "--resume"}), "no run to resume");
+  expect_unchanged(before, ws());
+}
+
+// ---- disk full during a checkpoint write ---------------------------------------------------------
+
+// The run stopped at step 6 resumes towards step 9; the step-9 checkpoint cannot be written.
+// Checked: exit 2, a message naming the file and the cause, step 6 untouched and still `latest`, no
+// partial folder left; then with room again, --resume finishes bit-identical to the unbroken run.
+class DiskFull : public BadInput {
+ protected:
+  void SetUp() override {
+    BadInput::SetUp();
+    if (IsSkipped()) return;
+    copy_in("shards"); copy_in("tok"); copy_in("run.json"); copy_in("run");
+  }
+  void expect_previous_intact_and_resume_exact(const Snapshot& ckpt6, const fs::path& run) {
+    EXPECT_EQ(slurp(run / "latest"), "step-00000006\n");
+    EXPECT_EQ(snapshot(run / "checkpoints" / "step-00000006"), ckpt6);
+    EXPECT_FALSE(fs::exists(run / "checkpoints" / "step-00000009.tmp")) << "partial checkpoint left behind";
+    EXPECT_FALSE(fs::exists(run / "checkpoints" / "step-00000009"));
+    Result again = fit({"--out", run.string(), "--resume"});
+    ASSERT_EQ(again.rc, 0) << again.err;
+    for (const char* f : {"model.safetensors", "optimizer.safetensors"})
+      EXPECT_EQ(slurp(run / "checkpoints" / "step-00000009" / f),
+                slurp(shared_ws() / "ref" / "checkpoints" / "step-00000009" / f))
+          << f << " differs from the uninterrupted run";
+  }
+};
+
+TEST_F(DiskFull, FileSizeLimitDuringCheckpointWrite) {
+  const fs::path run = ws() / "run";
+  const Snapshot ckpt6 = snapshot(run / "checkpoints" / "step-00000006");
+  const Snapshot before = snapshot(ws());
+  // Below the model file (~600 KB for tiny), above everything else the resume writes.
+  const auto model_size = fs::file_size(run / "checkpoints" / "step-00000006" / "model.safetensors");
+  Result r = fit({"--out", run.string(), "--resume"}, model_size / 2);
+  EXPECT_BAD_INPUT(r, "step-00000009.tmp/model.safetensors", "File too large", "step-00000006 (untouched");
+  // metrics.jsonl grew by the lines of steps 7-9 (cut back on resume); nothing else changed.
+  Snapshot b = before, now = snapshot(ws());
+  b.erase("run/metrics.jsonl");
+  now.erase("run/metrics.jsonl");
+  EXPECT_EQ(b, now);
+  expect_previous_intact_and_resume_exact(ckpt6, run);
+}
+
+// A real ENOSPC on a tmpfs just big enough for the run and one model file, mounted in a private
+// mount namespace (unshare -Urm: needs unprivileged user namespaces or root; skipped without).
+TEST_F(DiskFull, NoSpaceOnTmpfsDuringCheckpointWrite) {
+  if (std::system("unshare -Urm true >/dev/null 2>&1") != 0) GTEST_SKIP() << "unshare -Urm not permitted here";
+  const fs::path run = ws() / "run";
+  const Snapshot ckpt6 = snapshot(run / "checkpoints" / "step-00000006");
+  uintmax_t used = 0;
+  for (const auto& e : fs::recursive_directory_iterator(run))
+    if (e.is_regular_file()) used += (e.file_size() + 4095) / 4096 * 4096 + 4096;
+  const auto model_size = fs::file_size(run / "checkpoints" / "step-00000006" / "model.safetensors");
+  // Room for the copy, metrics lines, and model.safetensors of step 9 but not its optimizer file.
+  const uintmax_t size_kb = (used + model_size + 256 * 1024) / 1024;
+  const fs::path mnt = root_ / "mnt";
+  fs::create_directories(mnt);
+  fs::create_directories(logs());
+  const std::string script = root_.string() + "/enospc.sh";
+  spit(script, "set -u\n"
+               "mount -t tmpfs -o size=" + std::to_string(size_kb) + "k tmpfs '" + mnt.string() + "' || exit 99\n"
+               "cp -a '" + run.string() + "' '" + mnt.string() + "/run' || exit 98\n"
+               "'" + kLmtrain + "' fit --data '" + w("shards") + "' --preset tiny --config '" + w("run.json") +
+               "' --out '" + mnt.string() + "/run' --resume --threads 2 -q 2> '" + logs().string() + "/enospc.err'\n"
+               "echo $? > '" + logs().string() + "/enospc.rc'\n"
+               "df -k '" + mnt.string() + "' > '" + logs().string() + "/enospc.df'\n"
+               // Copy the state out (the mount vanishes with the namespace) for the checks below.
+               "rm -rf '" + root_.string() + "/after' && cp -a '" + mnt.string() + "/run' '" + root_.string() + "/after'\n");
+  const int rc = std::system(("unshare -Urm sh " + script).c_str());
+  ASSERT_EQ(rc, 0) << "namespace script failed: " << rc;
+  Result r;
+  r.rc = std::atoi(slurp(logs() / "enospc.rc").c_str());
+  r.err = slurp(logs() / "enospc.err");
+  std::fprintf(stderr, "tmpfs %ju KiB: exit %d\n%s%s", size_kb, r.rc, r.err.c_str(), slurp(logs() / "enospc.df").c_str());
+  EXPECT_BAD_INPUT(r, "step-00000009.tmp/", "No space left on device", "step-00000006 (untouched");
+  expect_previous_intact_and_resume_exact(ckpt6, root_ / "after");
+}
+
+// ---- numerical faults at the CLI -------------------------------------------------------------
+
+TEST_F(BadInput, NanStopsWithStepParameterAndLastCheckpoint) {
+  copy_in("shards"); copy_in("tok"); copy_in("run");
+  spit(ws() / "nan.json", R"({"train": {"steps": 9, "micro_batch": 2, "seq_len": 32, "warmup_steps": 2,
+    "log_interval": 1, "checkpoint_interval": 3, "keep_last": 5, "eval_interval": 0, "inject_nan_step": 7}})");
+  const Snapshot ckpt6 = snapshot(ws() / "run" / "checkpoints" / "step-00000006");
+  Result r = lmtrain({"fit", "--data", w("shards"), "--preset", "tiny", "--config", w("nan.json"), "--out", w("run"),
+                      "--resume"});
+  // A numerical fault is a runtime failure (exit 1), not bad input: the data and config were valid.
+  EXPECT_EQ(r.rc, 1) << r.err;
+  for (const char* n : {"step 8: non-finite gradient", "model.layers.0.mlp.down_proj.weight", "step-00000006"})
+    EXPECT_NE(r.err.find(n), std::string::npos) << n << " in " << r.err;
+  EXPECT_EQ(latest_of("run"), "step-00000006");
+  EXPECT_EQ(snapshot(ws() / "run" / "checkpoints" / "step-00000006"), ckpt6);
+}
+
+// ---- multiple-choice data (lmeval mc) --------------------------------------------------------
+
+class BadMcData : public BadInput {
+ protected:
+  void SetUp() override {
+    BadInput::SetUp();
+    if (IsSkipped()) return;
+    copy_in("run"); copy_in("tok");
+  }
+  Result mc(const std::string& task) {
+    return lmeval({"mc", "--run", w("run"), "--tasks", task, "--data-dir", w("bench"), "--out", w("mc.json")});
+  }
+};
+
+TEST_F(BadMcData, CopaLineMissingAField) {
+  spit(ws() / "bench" / "copa" / "val.jsonl",
+       R"({"premise": "The man fell.", "question": "cause", "choice1": "He slipped.", "choice2": "He sang.", "label": 0})"
+       "\n"
+       R"({"premise": "The sun rose.", "question": "effect", "choice1": "It got light.", "label": 0})"
+       "\n");
+  const Snapshot before = snapshot(ws());
+  EXPECT_BAD_INPUT(mc("copa"), "copa/val.jsonl:2", "choice2");
+  expect_unchanged(before, ws());
+}
+
+TEST_F(BadMcData, CopaLabelOfWrongType) {
+  spit(ws() / "bench" / "copa" / "val.jsonl",
+       R"({"premise": "The man fell.", "question": "cause", "choice1": "He slipped.", "choice2": "He sang.", "label": "first"})"
+       "\n");
+  const Snapshot before = snapshot(ws());
+  EXPECT_BAD_INPUT(mc("copa"), "copa/val.jsonl:1");
+  expect_unchanged(before, ws());
+}
+
+TEST_F(BadMcData, PiqaLabelsNotIntegersOrLineNotJson) {
+  spit(ws() / "bench" / "piqa" / "valid.jsonl", R"({"goal": "open a jar", "sol1": "twist", "sol2": "kick"})" "\n");
+  spit(ws() / "bench" / "piqa" / "valid-labels.lst", "zero\n");
+  Snapshot before = snapshot(ws());
+  EXPECT_BAD_INPUT(mc("piqa"), "valid-labels.lst:1", "integer");
+  expect_unchanged(before, ws());
+  spit(ws() / "bench" / "piqa" / "valid-labels.lst", "0\n");
+  spit(ws() / "bench" / "piqa" / "valid.jsonl", "goal,sol1,sol2\n");
+  before = snapshot(ws());
+  EXPECT_BAD_INPUT(mc("piqa"), "valid.jsonl:1");
+  expect_unchanged(before, ws());
+}
+
+TEST_F(BadMcData, ArcAnswerKeyNotAChoice) {
+  spit(ws() / "bench" / "arc_easy" / "ARC-Easy-Test.jsonl",
+       R"({"id": "q1", "question": {"stem": "Which is wet?", "choices": [{"text": "water", "label": "A"}, {"text": "sand", "label": "B"}]}, "answerKey": "E"})"
+       "\n");
+  const Snapshot before = snapshot(ws());
+  EXPECT_BAD_INPUT(mc("arc_easy"), "ARC-Easy-Test.jsonl:1", "answerKey 'E'");
+  expect_unchanged(before, ws());
+}
+
+}  // namespace

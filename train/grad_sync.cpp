@@ -1,0 +1,242 @@
+#include "train/grad_sync.h"
+
+#include <torch/csrc/autograd/function.h>
+#include <torch/csrc/autograd/function_hook.h>
+#include <torch/csrc/autograd/variable.h>
+
+#include <chrono>
+#include <mutex>
+
+#include "core/log.h"
+
+namespace lm::train {
+
+namespace {
+using Clock = std::chrono::steady_clock;
+
+struct Bucket {
+  std::vector<size_t> params;   // indexes into State::params, in bucket order
+  std::vector<int64_t> offset;  // element offset of each parameter in `flat`
+  torch::Tensor flat;           // persistent [numel] buffer, the all-reduce runs on it in place
+  int64_t pending = 0;          // parameters whose gradient is not final yet in this step
+  bool launched = false;
+  std::function<void()> wait;
+};
+}  // namespace
+
+struct GradSync::State {
+  std::vector<torch::Tensor> params;
+  int world = 1;
+  StartSum start_sum;
+  bool overlap = true;
+  int64_t bucket_bytes = 25 << 20;
+  std::vector<Bucket> buckets;
+  std::vector<size_t> bucket_of, slot_of;  // parameter index -> bucket, position in the bucket
+  std::vector<int> fired;                  // hook calls per parameter in this step (tied: must be 1)
+  // Keeps each parameter's AccumulateGrad node alive: autograd holds it weakly, and a node
+  // recreated by the next forward would not carry the hook.
+  std::vector<std::shared_ptr<torch::autograd::Node>> accumulators;
+  std::vector<uintptr_t> hook_keys;
+  std::mutex mu;   // hooks may run on an autograd device thread (CUDA)
+  bool armed = false;
+  size_t next_launch = 0;  // buckets start strictly in index order: every rank issues the same sequence
+  GradSyncStats stats;
+  bool warned_late = false;
+
+  void launch(Bucket& b) {
+    b.wait = start_sum(b.flat);
+    b.launched = true;
+  }
+
+  void copy_in(size_t i) {
+    Bucket& b = buckets[bucket_of[i]];
+    const auto& g = params[i].grad();
+    auto slot = b.flat.narrow(0, b.offset[slot_of[i]], params[i].numel());
+    if (g.defined()) slot.copy_(g.reshape({-1}));
+    else slot.zero_();  // an unused parameter adds nothing (same on every rank: same graph)
+  }
+
+  // A parameter's gradient is final (its AccumulateGrad ran): copy it into its bucket, and start
+  // every bucket that is complete and next in line.
+  void ready(size_t i) {
+    std::lock_guard<std::mutex> lock(mu);
+    if (!armed) return;
+    if (fired[i]++ > 0) return;  // counted; finish() reports it
+    torch::NoGradGuard ng;
+    copy_in(i);
+    --buckets[bucket_of[i]].pending;
+    while (next_launch < buckets.size() && buckets[next_launch].pending == 0) {
+      launch(buckets[next_launch++]);
+      ++stats.launched_in_backward;
+    }
+  }
+};
+
+namespace {
+struct ReadyHook : torch::autograd::FunctionPostHook {
+  std::weak_ptr<GradSync::State> st;
+  size_t index;
+  ReadyHook(std::weak_ptr<GradSync::State> s, size_t i) : st(std::move(s)), index(i) {}
+  torch::autograd::variable_list operator()(const torch::autograd::variable_list& outputs,
+                                            const torch::autograd::variable_list& /*inputs*/) override {
+    if (auto s = st.lock()) s->ready(index);
+    return outputs;
+  }
+};
+}  // namespace
+
+GradSync::GradSync(std::vector<torch::Tensor> params, int world, StartSum start_sum, bool overlap,
+                   int64_t bucket_bytes)
+    : st_(std::make_shared<State>()) {
+  State& s = *st_;
+  s.params = std::move(params);
+  s.world = world;
+  s.start_sum = std::move(start_sum);
+  s.overlap = overlap;
+  s.bucket_bytes = bucket_bytes;
+  s.stats = {};
+  if (!overlap) return;  // the post-backward path builds its buckets from the gradients present
+  const size_t n = s.params.size();
+  s.bucket_of.assign(n, 0);
+  s.slot_of.assign(n, 0);
+  s.fired.assign(n, 0);
+  int64_t bytes = 0;
+  // Reverse registration order ≈ the order backward finishes gradients (last layer first).
+  for (size_t k = n; k-- > 0;) {
+    const auto& p = s.params[k];
+    TORCH_CHECK(p.requires_grad(), "GradSync: parameter ", k, " does not require grad");
+    const int64_t pb = p.numel() * p.element_size();
+    bool fits = !s.buckets.empty() && bytes + pb <= bucket_bytes;
+    if (fits) {
+      const auto& last = s.params[s.buckets.back().params.back()];
+      fits = last.scalar_type() == p.scalar_type() && last.device() == p.device();
+    }
+    if (!fits) { s.buckets.emplace_back(); bytes = 0; }
+    Bucket& b = s.buckets.back();
+    s.bucket_of[k] = s.buckets.size() - 1;
+    s.slot_of[k] = b.params.size();
+    b.offset.push_back(b.params.empty() ? 0 : b.offset.back() + s.params[b.params.back()].numel());
+    b.params.push_back(k);
+    bytes += pb;
+  }
+  for (auto& b : s.buckets) {
+    const auto& last = s.params[b.params.back()];
+    b.flat = torch::empty({b.offset.back() + last.numel()}, last.options().requires_grad(false));
+  }
+  s.stats.buckets = static_cast<int64_t>(s.buckets.size());
+  for (size_t k = 0; k < n; ++k) {
+    auto acc = torch::autograd::impl::grad_accumulator(s.params[k]);
+    TORCH_CHECK(acc != nullptr, "GradSync: parameter ", k, " is not a leaf (no AccumulateGrad node)");
+    s.hook_keys.push_back(acc->add_post_hook(std::make_unique<ReadyHook>(st_, k)));
+    s.accumulators.push_back(std::move(acc));
+  }
+}
+
+GradSync::~GradSync() {
+  for (size_t k = 0; k < st_->accumulators.size(); ++k) st_->accumulators[k]->del_post_hook(st_->hook_keys[k]);
+}
+
+bool GradSync::overlap() const { return st_->overlap; }
+const GradSyncStats& GradSync::stats() const { return st_->stats; }
+
+std::vector<std::vector<size_t>> GradSync::bucket_layout() const {
+  std::vector<std::vector<size_t>> out;
+  for (const auto& b : st_->buckets) out.push_back(b.params);
+  return out;
+}
+
+void GradSync::before_backward(bool sync) {
+  State& s = *st_;
+  std::lock_guard<std::mutex> lock(s.mu);
+  if (!s.overlap || !sync) { s.armed = false; return; }
+  if (s.armed) return;  // a second synced backward in the same step: already counting
+  s.armed = true;
+  s.next_launch = 0;
+  s.stats.launched_in_backward = 0;
+  std::fill(s.fired.begin(), s.fired.end(), 0);
+  for (auto& b : s.buckets) {
+    b.pending = static_cast<int64_t>(b.params.size());
+    b.launched = false;
+    b.wait = nullptr;
+  }
+}
+
+namespace {
+// The post-backward path: flatten the present gradients in registration order into buckets of
+// about `bucket_bytes`, start them all, then wait and scatter back.
+int64_t average_after_backward(const std::vector<torch::Tensor>& params, int world, const StartSum& start_sum,
+                               int64_t bucket_bytes) {
+  struct Flat { std::vector<torch::Tensor> grads; torch::Tensor flat; std::function<void()> wait; };
+  std::vector<Flat> buckets(1);
+  int64_t bytes = 0;
+  for (const auto& p : params) {
+    if (!p.grad().defined()) continue;
+    if (bytes > bucket_bytes) { buckets.emplace_back(); bytes = 0; }
+    buckets.back().grads.push_back(p.grad());
+    bytes += p.grad().numel() * p.grad().element_size();
+  }
+  for (auto& b : buckets) {
+    if (b.grads.empty()) continue;
+    std::vector<torch::Tensor> flat;
+    for (auto& g : b.grads) flat.push_back(g.reshape({-1}));
+    b.flat = torch::cat(flat);
+    b.wait = start_sum(b.flat);
+  }
+  const double inv = 1.0 / world;
+  int64_t n = 0;
+  for (auto& b : buckets) {
+    if (b.grads.empty()) continue;
+    ++n;
+    b.wait();
+    b.flat.mul_(inv);
+    int64_t off = 0;
+    for (auto& g : b.grads) {
+      g.copy_(b.flat.narrow(0, off, g.numel()).view_as(g));
+      off += g.numel();
+    }
+  }
+  return n;
+}
+}  // namespace
+
+void GradSync::finish() {
+  State& s = *st_;
+  const auto t0 = Clock::now();
+  torch::NoGradGuard ng;
+  if (!s.overlap) {
+    s.stats.buckets = average_after_backward(s.params, s.world, s.start_sum, s.bucket_bytes);
+    s.stats.launched_in_backward = 0;
+    s.stats.wait_s = std::chrono::duration<double>(Clock::now() - t0).count();
+    return;
+  }
+  std::lock_guard<std::mutex> lock(s.mu);
+  TORCH_CHECK(s.armed, "GradSync::finish without before_backward(true) in this step");
+  s.armed = false;
+  // Parameters whose hook did not fire (no gradient this step, or a hook lost) still go out, in
+  // bucket order, so every rank issues the same collectives; only the overlap is lost.
+  int64_t late = 0;
+  for (size_t i = 0; i < s.params.size(); ++i) {
+    TORCH_CHECK(s.fired[i] <= 1, "GradSync: the gradient of parameter ", i, " became final ", s.fired[i],
+                " times in one backward (a parameter reached through two AccumulateGrad nodes?)");
+    if (s.fired[i] == 0) { s.copy_in(i); --s.buckets[s.bucket_of[i]].pending; ++late; }
+  }
+  while (s.next_launch < s.buckets.size()) s.launch(s.buckets[s.next_launch++]);
+  if (late > 0 && !s.warned_late) {
+    log_warn("data parallel: %d parameters had no gradient hook call in backward; their buckets were "
+             "all-reduced after it (no overlap for them)", late);
+    s.warned_late = true;
+  }
+  const double inv = 1.0 / s.world;
+  for (auto& b : s.buckets) {
+    b.wait();
+    b.flat.mul_(inv);
+    for (size_t j = 0; j < b.params.size(); ++j) {
+      auto& p = s.params[b.params[j]];
+      if (!p.grad().defined()) continue;  // stays undefined, as on every rank
+      p.mutable_grad().copy_(b.flat.narrow(0, b.offset[j], p.numel()).view_as(p));
+    }
+  }
+  s.stats.wait_s = std::chrono::duration<double>(Clock::now() - t0).count();
+}
+
+}  // namespace lm::train
