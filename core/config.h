@@ -182,8 +182,9 @@ Json to_json(const T& value) {
   return config_detail::write_value(value);
 }
 
-// Parses JSON text; the error names `source` and the byte offset.
-absl::StatusOr<Json> parse_json(std::string_view text, const std::string& source);
+// Parses JSON text; the error names SOURCE:LINE:COLUMN (LINE counted from `first_line`, for text
+// that is one line of a larger file) and quotes at most ~200 characters of the parser's message.
+absl::StatusOr<Json> parse_json(std::string_view text, const std::string& source, int64_t first_line = 1);
 
 // Reads and parses a JSON file; a missing file or a syntax error names the file.
 absl::StatusOr<Json> read_json_file(const std::string& path);

@@ -103,7 +103,7 @@ absl::Status for_each_jsonl(const std::string& path, F fn) {
   for (size_t i = 0; i < lines.size(); ++i) {
     if (strip(lines[i]).empty()) continue;
     const std::string where = absl::StrCat(path, ":", i + 1);
-    LM_ASSIGN_OR_RETURN(Json j, parse_json(lines[i], where));
+    LM_ASSIGN_OR_RETURN(Json j, parse_json(lines[i], path, static_cast<int64_t>(i + 1)));
     try {
       LM_RETURN_IF_ERROR(fn(j, where));
     } catch (const Json::exception& e) {

@@ -71,7 +71,21 @@ TEST(Config, RoundTripAndLayering) {
 TEST(Config, NumberOverflowIsAnErrorNotACrash) {
   auto j = lm::parse_json(R"({"lr": 2e9000})", "run.json");
   ASSERT_FALSE(j.ok());
-  EXPECT_NE(std::string(j.status().message()).find("run.json: not valid JSON"), std::string::npos) << j.status();
+  EXPECT_NE(std::string(j.status().message()).find("run.json:1: not valid JSON"), std::string::npos) << j.status();
+}
+
+// Syntax errors name FILE:LINE:COLUMN (lines counted from first_line for one line of a JSONL
+// file) and quote a bounded part of the parser's message, however long the damaged text is.
+TEST(Config, ParseErrorNamesLineAndColumnAndStaysShort) {
+  auto a = lm::parse_json("{\"train\": {\n  \"steps\": 3,\n}", "bad.json");
+  ASSERT_FALSE(a.ok());
+  EXPECT_NE(std::string(a.status().message()).find("bad.json:3:1: not valid JSON"), std::string::npos) << a.status();
+  auto b = lm::parse_json("{\"x\": tru}", "val.jsonl", 41);
+  ASSERT_FALSE(b.ok());
+  EXPECT_NE(std::string(b.status().message()).find("val.jsonl:41:"), std::string::npos) << b.status();
+  auto c = lm::parse_json("{\"x\": \"" + std::string(100000, 'a'), "trainer.json");
+  ASSERT_FALSE(c.ok());
+  EXPECT_LT(c.status().message().size(), 400u);
 }
 
 TEST(Config, NonIntegerFloatIsRejected) {
