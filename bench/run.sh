@@ -54,13 +54,26 @@ for dt in "${dtypes[@]}"; do
     done
   done
 done
-# Optional: other engineers' benches, skipped when not built.
-for b in loader_bench tokenizer_bench; do
-  if [[ -x "$build/bench/$b" ]]; then
-    echo "  $b" >&2
-    "$build/bench/$b" --json 2>/dev/null | tail -1 | grep '^{' >> "$lines" || echo "  $b failed, skipped" >&2
+# The loader (sampler batches/s and its share of this shape's training step) and the tokenizer
+# (encode MB/s and chars/token per language on the bundled sample corpus, with a tokenizer
+# trained on it for this run). Skipped when not built.
+if [[ -x "$build/bench/loader_bench" ]]; then
+  echo "  loader_bench" >&2
+  "$build/bench/loader_bench" --preset "$preset" --batch "$batch" --seq "$seq" --threads "$threads" --steps 3 2>/dev/null \
+    | grep '^{' | tail -1 >> "$lines" || echo "  loader_bench failed, skipped" >&2
+fi
+if [[ -x "$build/bench/tokenizer_bench" && -x "$build/app/lmtrain" ]]; then
+  echo "  tokenizer_bench" >&2
+  tokdir=$(mktemp -d /tmp/lm_bench_tok.XXXXXX)
+  if "$build/app/lmtrain" tokenizer --corpus "$root/data/sample/corpus.json" --vocab-size 8192 --out "$tokdir/tok" \
+       --threads "$threads" -q >/dev/null 2>&1; then
+    "$build/bench/tokenizer_bench" --tokenizer "$tokdir/tok" --corpus "$root/data/sample/corpus.json" --threads "$threads" \
+      2>/dev/null | grep '^{' | tail -1 >> "$lines" || echo "  tokenizer_bench failed, skipped" >&2
+  else
+    echo "  tokenizer training failed, tokenizer_bench skipped" >&2
   fi
-done
+  rm -rf "$tokdir"
+fi
 echo "{\"meta\": true, \"load_after\": \"$(cut -d' ' -f1-3 /proc/loadavg)\"}" >> "$lines"
 out="$here/results/$(date -u +%Y%m%d-%H%M)-$label.json"
 "$py" "$here/summarize.py" "$lines" "$out" "$here/results/latest.md"
