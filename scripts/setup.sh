@@ -12,7 +12,7 @@ PACKAGES=(
   zlib1g-dev libbz2-dev   # gzip corpora, bz2 HellaSwag export
   libgloo-dev             # headers for c10d ProcessGroupGloo (CPU data parallel)
   libgtest-dev libgmock-dev libbenchmark-dev
-  python3-torch python3-numpy   # independent oracle and peer in tests/benchmarks only
+  python3-torch python3-numpy python3-sentencepiece   # independent oracle and peer in tests/benchmarks only
   clang-14 libclang-rt-14-dev   # libFuzzer + ASan/UBSan for the fuzz targets (scripts/fuzz.sh, ctest fuzz_quick)
 )
 

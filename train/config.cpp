@@ -17,16 +17,32 @@ absl::Status resolve(TrainConfig& c, const model::ModelConfig& m, int world_size
   if (c.seq_len > m.max_seq_len)
     return bad("seq_len", absl::StrCat(c.seq_len, " exceeds the model's max_seq_len ", m.max_seq_len));
   if (c.batch_tokens < 0) return bad("batch_tokens", absl::StrCat("must be >= 0, got ", c.batch_tokens));
+  // Products of config values are checked: a huge micro_batch or grad_accum must be an error,
+  // not a signed overflow (undefined behaviour; found by fuzz_config).
+  auto product = [](std::initializer_list<int64_t> xs, int64_t* out) {
+    int64_t p = 1;
+    for (int64_t x : xs)
+      if (__builtin_mul_overflow(p, x, &p)) return false;
+    *out = p;
+    return true;
+  };
+  int64_t per_micro = 0;
+  if (!product({c.micro_batch, c.seq_len, static_cast<int64_t>(world_size)}, &per_micro))
+    return bad("micro_batch", absl::StrCat(c.micro_batch, " x seq_len ", c.seq_len, " x world ", world_size,
+                                           " tokens overflow a 64-bit count"));
   if (c.batch_tokens > 0) {
-    const int64_t per_micro = c.micro_batch * c.seq_len * world_size;
     if (c.batch_tokens % per_micro != 0)
       return bad("batch_tokens", absl::StrCat(c.batch_tokens, " is not a multiple of micro_batch*seq_len*world (",
                                               per_micro, "); pick a multiple or change micro_batch"));
     c.grad_accum = c.batch_tokens / per_micro;
   }
   if (c.grad_accum <= 0) return bad("grad_accum", absl::StrCat("must be positive, got ", c.grad_accum));
+  int64_t per_step = 0;
+  if (!product({per_micro, c.grad_accum}, &per_step))
+    return bad("grad_accum", absl::StrCat(c.grad_accum, " micro-batches of ", per_micro,
+                                          " tokens overflow a 64-bit count"));
   if (c.tokens < 0) return bad("tokens", "must be >= 0");
-  if (c.tokens > 0) c.steps = (c.tokens + tokens_per_step(c, world_size) - 1) / tokens_per_step(c, world_size);
+  if (c.tokens > 0) c.steps = c.tokens / per_step + (c.tokens % per_step != 0);  // ceil, without overflow
   if (c.steps <= 0) return bad("steps", absl::StrCat("must be positive, got ", c.steps));
   if (!(c.lr > 0)) return bad("lr", "must be positive");
   if (c.beta1 < 0 || c.beta1 >= 1 || c.beta2 < 0 || c.beta2 >= 1) return bad("beta1/beta2", "must be in [0, 1)");

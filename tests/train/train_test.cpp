@@ -3,6 +3,7 @@
 
 #include <cmath>
 #include <filesystem>
+#include <limits>
 #include <sstream>
 
 #include "core/file.h"
@@ -93,6 +94,23 @@ TEST_F(TrainTest, ConfigErrorsNameTheField) {
   e.tokens = 10000;  // 10000 / 1024 tokens per step -> 10 steps
   ASSERT_TRUE(resolve(e, *model::preset("tiny")).ok());
   EXPECT_EQ(e.steps, 10);
+  // Products that overflow int64 are errors, not undefined behaviour (fuzz_config input
+  // tests/fuzz/corpus/fuzz_config/crash-tokens-per-step-overflow).
+  TrainConfig f;
+  f.tokens = 2000000;
+  f.grad_accum = 88888888883888883;
+  auto sf = resolve(f, *model::preset("tiny"));
+  ASSERT_FALSE(sf.ok());
+  EXPECT_NE(std::string(sf.message()).find("train.grad_accum: 88888888883888883 micro-batches"), std::string::npos) << sf;
+  TrainConfig g;
+  g.micro_batch = int64_t{1} << 60;
+  auto sg = resolve(g, *model::preset("tiny"));
+  ASSERT_FALSE(sg.ok());
+  EXPECT_NE(std::string(sg.message()).find("overflow a 64-bit count"), std::string::npos) << sg;
+  TrainConfig h;
+  h.tokens = std::numeric_limits<int64_t>::max();  // ceil division without overflow
+  ASSERT_TRUE(resolve(h, *model::preset("tiny")).ok());
+  EXPECT_EQ(h.steps, std::numeric_limits<int64_t>::max() / 1024 + 1);
 }
 
 TEST_F(TrainTest, WeightDecaySkipsNormsAndEmbeddings) {
