@@ -30,10 +30,18 @@ cmake -S . -B "$BUILD_DIR" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DLM_BUILD
   -DCMAKE_CXX_FLAGS="$SAN" -DCMAKE_EXE_LINKER_FLAGS="$SAN" -DCMAKE_SHARED_LINKER_FLAGS="$SAN" \
   > "$BUILD_DIR.cmake.log" 2>&1 || { cat "$BUILD_DIR.cmake.log"; exit 1; }
 TARGETS="core_test corpus_test data_test tokenizer_test model_test train_test ddp_worker eval_test
-         export_test lmtrain lmeval"
+         export_test lmtrain lmeval bad_input_test"
 # shellcheck disable=SC2086  # TARGETS is a word list
 nice -n 19 ninja -C "$BUILD_DIR" -j "$JOBS" $TARGETS
 [ "${BUILD_ONLY:-0}" = 1 ] && exit 0
 
 export CI=true
-nice -n 19 ctest --test-dir "$BUILD_DIR" --output-on-failure -j "$JOBS" -LE "slow|fuzz" "$@"
+# SentencePiece lives in a module loaded with dlopen(RTLD_DEEPBIND) (tokenizer/spm_module.cpp: it
+# keeps Debian's private protobuf 3.14 apart from LibTorch's 3.21), and the ASan runtime refuses
+# RTLD_DEEPBIND outright (google/sanitizers#611). The tests that train or load a tokenizer cannot
+# run in this build; they are listed here and left out (LM_SAN_ALL=1 runs them anyway, to see).
+NEEDS_SPM="TrainedTokenizer|TokenizerTrain|PrepareTest|RunFolder|eval_crosscheck|export_spm|kill_soak"
+NEEDS_SPM+="|BadInput|BadConfig|BadShard|BadCheckpoint|DiskFull|BadMcData"
+exclude=()
+[ "${LM_SAN_ALL:-0}" = 1 ] || exclude=(-E "$NEEDS_SPM")
+nice -n 19 ctest --test-dir "$BUILD_DIR" --output-on-failure -j "$JOBS" -LE "slow|fuzz" "${exclude[@]}" "$@"

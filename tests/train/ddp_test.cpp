@@ -1,11 +1,13 @@
 // Data parallel on c10d/Gloo over loopback: 2 processes with global batch B must give the same
 // losses and weights as 1 process with batch B, and a 2-process run resumes exactly.
 #include <gtest/gtest.h>
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
 #include <filesystem>
 #include <fstream>
-#include <random>
 
 #include "model/safetensors.h"
 #include "core/config.h"
@@ -24,9 +26,24 @@ fs::path tmp(const std::string& name) {
   return p;
 }
 
+// A port the kernel reports free: bind port 0 on loopback, read the port, close. (A port drawn from
+// a pid/time-seeded RNG once gave two tests that ctest ran in parallel the same port: adjacent pids
+// a second apart make the same seed.) Another process could take it before TCPStore binds it;
+// the kernel hands out ephemeral ports in sequence, so that does not happen between tests here.
 int free_port() {
-  std::mt19937 rng(static_cast<unsigned>(getpid()) ^ static_cast<unsigned>(time(nullptr)));
-  return 20000 + static_cast<int>(rng() % 20000);
+  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  if (fd < 0) return 29500;
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  a.sin_port = 0;
+  socklen_t len = sizeof(a);
+  int port = 29500;
+  if (::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)) == 0 &&
+      ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len) == 0)
+    port = ntohs(a.sin_port);
+  ::close(fd);
+  return port;
 }
 
 // Runs `world` ranks of the worker concurrently; returns the first nonzero exit code. `env` adds
