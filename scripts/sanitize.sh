@@ -15,7 +15,9 @@ export CCACHE_SLOPPINESS=${CCACHE_SLOPPINESS:-pch_defines,time_macros,include_fi
 # -O1 -g1: line numbers in reports at a fraction of -O2 -g's compile time. Frame pointers give
 # ASan's fast unwinder whole stacks. LibTorch, abseil, ICU and sentencepiece are not
 # instrumented: ASan still checks every access our code makes, UBSan checks only our code.
-SAN="-fsanitize=address,undefined -fno-omit-frame-pointer"
+SAN=${SAN:-"-fsanitize=address,undefined -fno-omit-frame-pointer"}
+# SAN="-fsanitize=undefined -fno-omit-frame-pointer" BUILD_DIR=build-ubsan: UBSan alone, which can
+# run the SentencePiece tests that ASan cannot (below).
 # detect_leaks=0: LibTorch, protobuf and ICU keep process-lifetime singletons that LeakSanitizer
 #   reports as leaks at exit; they are not ours and not growing.
 # halt_on_error=1 (UBSan): gcc builds UBSan recoverable, so without it a report is only a line
@@ -43,5 +45,6 @@ export CI=true
 NEEDS_SPM="TrainedTokenizer|TokenizerTrain|PrepareTest|RunFolder|eval_crosscheck|export_spm|kill_soak"
 NEEDS_SPM+="|BadInput|BadConfig|BadShard|BadCheckpoint|DiskFull|BadMcData"
 exclude=()
-[ "${LM_SAN_ALL:-0}" = 1 ] || exclude=(-E "$NEEDS_SPM")
+[ "${LM_SAN_ALL:-0}" = 1 ] || [[ "$SAN" != *address* ]] || exclude=(-E "$NEEDS_SPM")
+[ "${SPM_ONLY:-0}" = 1 ] && exclude=(-R "$NEEDS_SPM")  # the UBSan-only pass over just those
 nice -n 19 ctest --test-dir "$BUILD_DIR" --output-on-failure -j "$JOBS" -LE "slow|fuzz" "${exclude[@]}" "$@"
