@@ -14,24 +14,20 @@
 #include "absl/strings/str_format.h"
 
 namespace lm {
-namespace {
-
-absl::Status errno_status(std::string_view what, const std::string& path) {
+absl::Status errno_status(std::string_view what, const std::string& path, std::string_view after) {
   const int err = errno;
   std::string msg = absl::StrCat(path, ": ", std::string(what), " failed: ", std::strerror(err));
-  // Out of room (a full disk, a quota, a file size limit such as `ulimit -f`): the write went to a
-  // temp file, so the file at `path` is untouched. ResourceExhausted maps to exit 2 (fix and rerun).
+  // Out of room (a full disk, a quota, a file size limit such as `ulimit -f`). ResourceExhausted
+  // maps to exit 2 (fix and rerun).
   if (err == ENOSPC || err == EDQUOT)
-    return absl::ResourceExhaustedError(msg + " (no space left: free space and retry; the previous file is intact)");
+    return absl::ResourceExhaustedError(absl::StrCat(msg, " (no space left: free space and retry; ", std::string(after), ")"));
   if (err == EFBIG)
-    return absl::ResourceExhaustedError(
-        msg + " (file size limit reached: raise `ulimit -f` or use another file system; the previous file is intact)");
+    return absl::ResourceExhaustedError(absl::StrCat(
+        msg, " (file size limit reached: raise `ulimit -f` or use another file system; ", std::string(after), ")"));
   if (err == ENOENT) return absl::NotFoundError(msg);
   if (err == EACCES) return absl::FailedPreconditionError(msg + " (check permissions)");
   return absl::InternalError(msg);
 }
-
-}  // namespace
 
 absl::Status fsync_dir(const std::string& dir) {
   int fd = ::open(dir.empty() ? "." : dir.c_str(), O_RDONLY | O_DIRECTORY);

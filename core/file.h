@@ -12,6 +12,12 @@ namespace lm {
 
 // Writes `data` to `path` so that a crash or kill leaves either the old file or the new one,
 // never a torn one: write to `path.tmp.<pid>`, fsync it, rename over `path`, fsync the folder.
+// The Status for a failed system call on `path`, from errno: "PATH: WHAT failed: strerror". A full
+// disk, quota or file size limit is ResourceExhausted (exit 2) with `after` appended to the hint
+// (what is left intact, what to do next); ENOENT NotFound, EACCES FailedPrecondition, else Internal.
+absl::Status errno_status(std::string_view what, const std::string& path,
+                          std::string_view after = "the previous file is intact");
+
 absl::Status write_file_atomic(const std::string& path, std::string_view data);
 
 // fsyncs a folder so that a rename inside it is durable.

@@ -1,10 +1,8 @@
 #include "train/trainer.h"
 
 #include <algorithm>
-#include <cerrno>
 #include <chrono>
 #include <cmath>
-#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -85,13 +83,10 @@ absl::Status truncate_metrics(const std::string& path, int64_t step) {
   return write_file_atomic(path, kept);
 }
 
-// A failed write to an ofstream: errno says why (ENOSPC/EFBIG map to exit 2 as in core/file.cpp).
+// A failed write to metrics.jsonl (an ofstream; errno says why). It is appended to, not replaced:
+// a full disk leaves its last lines torn, which --resume cuts back to the checkpoint's step.
 absl::Status stream_error(const std::string& path) {
-  const int err = errno;
-  const std::string msg = absl::StrCat(path, ": write failed: ", std::strerror(err));
-  if (err == ENOSPC || err == EDQUOT || err == EFBIG)
-    return absl::ResourceExhaustedError(msg + " (no space left: free space, then --resume from the last checkpoint)");
-  return absl::InternalError(msg);
+  return errno_status("write", path, "then --resume from the last checkpoint");
 }
 
 double median(std::vector<double> v) {
