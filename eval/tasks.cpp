@@ -389,15 +389,22 @@ std::string hellaswag_preprocess(const std::string& text) {
   return replace_all(s, "  ", " ");
 }
 
-McExample hellaswag_example(const std::string& query, const std::vector<std::string>& endings, int label) {
+namespace {
+// One context shared by every choice, each continued by " " + choice (normalised by its own text).
+McExample shared_context_example(const std::string& ctx, const std::vector<std::string>& choices, int gold) {
   McExample ex;
-  for (const auto& e : endings) {
-    ex.contexts.push_back(query);
-    ex.continuations.push_back(" " + e);
-    ex.norm_text.push_back(e);
+  for (const auto& c : choices) {
+    ex.contexts.push_back(ctx);
+    ex.continuations.push_back(" " + c);
+    ex.norm_text.push_back(c);
   }
-  ex.gold = label;
+  ex.gold = gold;
   return ex;
+}
+}  // namespace
+
+McExample hellaswag_example(const std::string& query, const std::vector<std::string>& endings, int label) {
+  return shared_context_example(query, endings, label);
 }
 
 McExample hellaswag_from_fields(const std::string& activity_label, const std::string& ctx_a,
@@ -410,26 +417,11 @@ McExample hellaswag_from_fields(const std::string& activity_label, const std::st
 
 McExample question_answer_example(const std::string& question, const std::vector<std::string>& choices,
                                   int gold, const std::string& question_word, const std::string& answer_word) {
-  McExample ex;
-  const std::string ctx = question_word + ": " + question + "\n" + answer_word + ":";
-  for (const auto& c : choices) {
-    ex.contexts.push_back(ctx);
-    ex.continuations.push_back(" " + c);
-    ex.norm_text.push_back(c);
-  }
-  ex.gold = gold;
-  return ex;
+  return shared_context_example(question_word + ": " + question + "\n" + answer_word + ":", choices, gold);
 }
 
 McExample openbookqa_example(const std::string& stem, const std::vector<std::string>& choices, int gold) {
-  McExample ex;
-  for (const auto& c : choices) {
-    ex.contexts.push_back(stem);
-    ex.continuations.push_back(" " + c);
-    ex.norm_text.push_back(c);
-  }
-  ex.gold = gold;
-  return ex;
+  return shared_context_example(stem, choices, gold);
 }
 
 McExample copa_example(const std::string& premise, const std::string& question, const std::string& choice1,

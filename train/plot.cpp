@@ -69,18 +69,6 @@ std::string tick_label(double v) {
   return trim(absl::StrFormat("%.2f", v));
 }
 
-std::string esc(const std::string& s) {
-  std::string o;
-  for (char c : s) {
-    if (c == '<') o += "&lt;";
-    else if (c == '>') o += "&gt;";
-    else if (c == '&') o += "&amp;";
-    else if (c == '"') o += "&quot;";
-    else o += c;
-  }
-  return o;
-}
-
 struct Frame {
   int w, h, left = 70, right = 16, top = 30, bottom = 44;
   Range xr, yr;
@@ -209,6 +197,18 @@ void chunk(std::string& out, const char* type, const std::string& data) {
 
 }  // namespace
 
+std::string html_escape(const std::string& s) {
+  std::string o;
+  for (char c : s) {
+    if (c == '<') o += "&lt;";
+    else if (c == '>') o += "&gt;";
+    else if (c == '&') o += "&amp;";
+    else if (c == '"') o += "&quot;";
+    else o += c;
+  }
+  return o;
+}
+
 std::string encode_png(const std::vector<uint8_t>& rgb, int w, int h) {
   // Each scanline: filter byte 0 (None) + w*3 bytes.
   std::string raw;
@@ -240,8 +240,8 @@ std::string plot_svg(const Plot& p, int w, int h) {
       "<svg xmlns=\"http://www.w3.org/2000/svg\" class=\"plot\" viewBox=\"0 0 %d %d\" width=\"%d\" height=\"%d\" "
       "font-family=\"'Noto Sans Bengali','Kalpurush','SolaimanLipi',sans-serif\" font-size=\"12\">\n"
       "<title>%s</title>\n<rect width=\"%d\" height=\"%d\" fill=\"#fff\"/>\n",
-      w, h, w, h, esc(p.title), w, h);
-  s += absl::StrFormat("<text x=\"%d\" y=\"18\" font-size=\"14\" font-weight=\"bold\">%s</text>\n", f.left, esc(p.title));
+      w, h, w, h, html_escape(p.title), w, h);
+  s += absl::StrFormat("<text x=\"%d\" y=\"18\" font-size=\"14\" font-weight=\"bold\">%s</text>\n", f.left, html_escape(p.title));
   for (double t : ticks(f.yr)) {
     if (t < f.yr.lo || t > f.yr.hi) continue;
     s += absl::StrFormat("<line x1=\"%d\" x2=\"%d\" y1=\"%.1f\" y2=\"%.1f\" stroke=\"#e5e5e5\"/>"
@@ -256,9 +256,9 @@ std::string plot_svg(const Plot& p, int w, int h) {
   }
   s += absl::StrFormat("<rect x=\"%d\" y=\"%d\" width=\"%d\" height=\"%d\" fill=\"none\" stroke=\"#444\"/>\n",
                        f.left, f.top, w - f.left - f.right, h - f.top - f.bottom);
-  s += absl::StrFormat("<text x=\"%d\" y=\"%d\" text-anchor=\"middle\">%s</text>\n", (f.left + w - f.right) / 2, h - 8, esc(p.x_label));
+  s += absl::StrFormat("<text x=\"%d\" y=\"%d\" text-anchor=\"middle\">%s</text>\n", (f.left + w - f.right) / 2, h - 8, html_escape(p.x_label));
   s += absl::StrFormat("<text transform=\"translate(14,%d) rotate(-90)\" text-anchor=\"middle\">%s</text>\n",
-                       (f.top + h - f.bottom) / 2, esc(p.y_label));
+                       (f.top + h - f.bottom) / 2, html_escape(p.y_label));
   std::string legend = absl::StrFormat("<rect x=\"%d\" y=\"%d\" width=\"150\" height=\"%d\" fill=\"#fff\" fill-opacity=\"0.85\"/>\n",
                                        w - f.right - 156, f.top + 2, 16 * static_cast<int>(p.series.size()) + 6);
   for (size_t i = 0; i < p.series.size(); ++i) {
@@ -268,7 +268,7 @@ std::string plot_svg(const Plot& p, int w, int h) {
       if (std::isfinite(se.y[k])) pts += absl::StrFormat("%.1f,%.1f ", f.px(se.x[k]), f.py(se.y[k]));
     const std::string c = color_of(se, i);
     s += absl::StrFormat("<polyline class=\"series\" data-name=\"%s\" fill=\"none\" stroke=\"%s\" stroke-width=\"2\"%s points=\"%s\"/>\n",
-                         esc(se.name), c, se.dashed ? " stroke-dasharray=\"6 4\"" : "", pts);
+                         html_escape(se.name), c, se.dashed ? " stroke-dasharray=\"6 4\"" : "", pts);
     if (se.markers)
       for (size_t k = 0; k < se.x.size() && k < se.y.size(); ++k)
         s += absl::StrFormat("<circle cx=\"%.1f\" cy=\"%.1f\" r=\"3\" fill=\"%s\"/>", f.px(se.x[k]), f.py(se.y[k]), c);
@@ -276,7 +276,7 @@ std::string plot_svg(const Plot& p, int w, int h) {
     legend += absl::StrFormat("<line x1=\"%d\" x2=\"%d\" y1=\"%d\" y2=\"%d\" stroke=\"%s\" stroke-width=\"2\"%s/>"
                          "<text x=\"%d\" y=\"%d\">%s</text>\n",
                          w - f.right - 150, w - f.right - 128, ly - 4, ly - 4, c,
-                         se.dashed ? " stroke-dasharray=\"6 4\"" : "", w - f.right - 122, ly, esc(se.name));
+                         se.dashed ? " stroke-dasharray=\"6 4\"" : "", w - f.right - 122, ly, html_escape(se.name));
   }
   s += legend + "</svg>\n";
   return s;

@@ -27,6 +27,9 @@ std::string plot_svg(const Plot& plot, int width = 640, int height = 320);
 // PNG file bytes of the plot rasterised at width x height.
 std::string plot_png(const Plot& plot, int width = 640, int height = 320);
 
+// `s` with < > & " escaped for HTML/SVG text and attribute values.
+std::string html_escape(const std::string& s);
+
 // PNG bytes of an 8-bit RGB image (rgb.size() == 3*w*h, row-major).
 std::string encode_png(const std::vector<uint8_t>& rgb, int width, int height);
 

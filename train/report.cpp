@@ -15,25 +15,15 @@ namespace lm::train {
 namespace fs = std::filesystem;
 namespace {
 
-std::string esc(const std::string& s) {
-  std::string o;
-  for (char c : s) {
-    if (c == '<') o += "&lt;";
-    else if (c == '>') o += "&gt;";
-    else if (c == '&') o += "&amp;";
-    else o += c;
-  }
-  return o;
-}
 
 std::string cell(const Json& v) {
   if (v.is_number_float()) {
     const double d = v.get<double>();
     return std::fabs(d) >= 1000 ? absl::StrFormat("%.0f", d) : absl::StrFormat("%.4g", d);
   }
-  if (v.is_string()) return esc(v.get<std::string>());
+  if (v.is_string()) return html_escape(v.get<std::string>());
   if (v.is_null()) return "";
-  return esc(v.dump());
+  return html_escape(v.dump());
 }
 
 // Any JSON as a table: an array of objects or an object of objects becomes rows with the union of
@@ -50,7 +40,7 @@ std::string json_table(const Json& j, const std::vector<std::string>& prefer = {
   std::string s = "<table" + (cls.empty() ? std::string() : " class=\"" + cls + "\"") + ">";
   if (!all_obj) {
     s += "<tr><th>field</th><th>value</th></tr>";
-    for (auto& [k, v] : rows) s += "<tr><td>" + esc(k) + "</td><td>" + cell(v) + "</td></tr>";
+    for (auto& [k, v] : rows) s += "<tr><td>" + html_escape(k) + "</td><td>" + cell(v) + "</td></tr>";
     return s + "</table>\n";
   }
   std::vector<std::string> cols;
@@ -65,10 +55,10 @@ std::string json_table(const Json& j, const std::vector<std::string>& prefer = {
         if (!x.is_structured() && !seen.count(c)) cols.push_back(c), seen.insert(c);
   }
   s += "<tr><th></th>";
-  for (auto& c : cols) s += "<th>" + esc(c) + "</th>";
+  for (auto& c : cols) s += "<th>" + html_escape(c) + "</th>";
   s += "</tr>";
   for (auto& [k, v] : rows) {
-    s += "<tr><td>" + esc(j.is_array() ? "" : k) + "</td>";
+    s += "<tr><td>" + html_escape(j.is_array() ? "" : k) + "</td>";
     for (auto& c : cols) s += "<td>" + (v.contains(c) ? cell(v[c]) : std::string()) + "</td>";
     s += "</tr>";
   }
@@ -86,7 +76,7 @@ const Json& table_part(const Json& j, const std::vector<std::string>& keys) {
 std::string scalars_line(const Json& j) {
   std::string s;
   for (auto& [k, v] : j.items())
-    if (!v.is_structured()) s += (s.empty() ? "" : " · ") + esc(k) + ": <b>" + cell(v) + "</b>";
+    if (!v.is_structured()) s += (s.empty() ? "" : " · ") + html_escape(k) + ": <b>" + cell(v) + "</b>";
   return s.empty() ? s : "<p class=\"meta\">" + s + "</p>\n";
 }
 
@@ -134,14 +124,14 @@ absl::StatusOr<ReportResult> write_report(const std::string& run_dir, const std:
 
   const std::string name = run.filename().empty() ? run.parent_path().filename().string() : run.filename().string();
   std::string h;
-  h += "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\"><title>lmforge run " + esc(name) + "</title>\n";
+  h += "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\"><title>lmforge run " + html_escape(name) + "</title>\n";
   h += "<style>body{font-family:'Noto Sans Bengali','Kalpurush','SolaimanLipi','Noto Sans',sans-serif;max-width:1340px;"
        "margin:24px auto;padding:0 16px;color:#222}h1{font-size:22px}h2{font-size:18px;border-bottom:1px solid #ddd;"
        "padding-bottom:4px;margin-top:28px}table{border-collapse:collapse;font-size:13px;margin:8px 0}td,th{border:1px solid "
        "#ccc;padding:3px 8px;text-align:right}th{background:#f3f3f3}td:first-child{text-align:left}.plots{display:flex;"
        "flex-wrap:wrap;gap:12px}.meta{color:#555;font-size:13px}pre{background:#f7f7f7;padding:8px;font-size:12px;"
        "overflow:auto}</style></head><body>\n";
-  h += "<h1>lmforge run <code>" + esc(name) + "</code></h1>\n";
+  h += "<h1>lmforge run <code>" + html_escape(name) + "</code></h1>\n";
   if (!metrics.empty()) {
     const Json& last = metrics.back();
     h += absl::StrFormat("<p class=\"meta\">%d logged steps · last step %s · %s tokens · last train loss %.4f nats/token</p>\n",
@@ -192,7 +182,7 @@ absl::StatusOr<ReportResult> write_report(const std::string& run_dir, const std:
     if (!fs::exists(p)) continue;
     auto j = read_json_file(p.string());
     if (!j.ok()) {
-      h += absl::StrFormat("<h2 id=\"%s\">%s</h2><p>%s</p>\n", e.id, e.title, esc(j.status().ToString()));
+      h += absl::StrFormat("<h2 id=\"%s\">%s</h2><p>%s</p>\n", e.id, e.title, html_escape(j.status().ToString()));
       continue;
     }
     r.sections.push_back(e.id);
@@ -220,7 +210,7 @@ absl::StatusOr<ReportResult> write_report(const std::string& run_dir, const std:
     }
     h += json_table(flat, {}, e.id);
   }
-  h += "<h2 id=\"config\">Resolved config</h2>\n<pre>" + esc(cfg.dump(2)) + "</pre>\n";
+  h += "<h2 id=\"config\">Resolved config</h2>\n<pre>" + html_escape(cfg.dump(2)) + "</pre>\n";
   h += "<p class=\"meta\">written by lmtrain report; self-contained (no scripts, no network).</p>\n</body></html>\n";
   LM_RETURN_IF_ERROR(write_file_atomic(r.html, h));
   return r;
