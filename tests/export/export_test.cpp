@@ -592,7 +592,8 @@ TEST_F(ExportTest, ReportHasCurvesTablesAndPngs) {
   EXPECT_EQ(points_of("tokens/s"), 10);
   EXPECT_EQ(points_of("mfu"), 10);
   for (const char* needle : {"id=\"fertility\"", "3.25", "id=\"nll\"", "twin.nats_per_token", "6.24", "id=\"mc\"",
-                             "chance", "0.61", "id=\"config\"", "Noto Sans Bengali", "\"seq_len\": 16"})
+                             "chance", "0.61", "id=\"config\"", "Noto Sans Bengali",
+                             "&quot;seq_len&quot;: 16"})  // the resolved config, HTML-escaped
     EXPECT_NE(html.find(needle), std::string::npos) << needle;
   EXPECT_EQ(html.find("http://"), html.find("http://www.w3.org/2000/svg"));  // no external fetches
   EXPECT_EQ(html.find("<script"), std::string::npos);
