@@ -15,7 +15,6 @@ namespace lm::train {
 namespace fs = std::filesystem;
 namespace {
 
-
 std::string cell(const Json& v) {
   if (v.is_number_float()) {
     const double d = v.get<double>();
