@@ -2,6 +2,7 @@
 #include <cstdio>
 
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_split.h"
 #include "app/commands.h"
 #include "core/config.h"
 #include "core/log.h"
@@ -51,7 +52,7 @@ absl::Status run_check(const CheckOptions& o) {
   } else if (o.device != "cpu") {
     return absl::InvalidArgumentError("--device: expected cpu or cuda, got '" + o.device + "'");
   }
-  log_info("%s", backend_summary());
+  for (const auto& line : absl::StrSplit(version_report("lmtrain check"), '\n')) log_info("%s", std::string(line));
   model::Transformer m(cfg);
   m->to(device);
   bool ok = true;

@@ -19,6 +19,10 @@ void add_global_flags(CLI::App* sub) {
 
 int run_main(CLI::App& app, Registry& registry, int argc, char** argv) {
   app.require_subcommand(1);
+  std::string program = argv[0];
+  program = program.substr(program.find_last_of('/') + 1);
+  app.set_version_flag("--version", [program] { return version_report(program.c_str()); },
+                       "LibTorch, CUDA, cuDNN and NCCL compiled in, the device found, the BLAS; then exit");
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

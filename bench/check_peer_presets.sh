@@ -5,11 +5,12 @@
 set -euo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
 build="${1:-$(dirname "$here")/build-perf}"
+source "$here/../scripts/env.sh"
 status=0
 for p in tiny small 124m 400m 1b; do
   a="$("$build/bench/train_step_bench" --mode config --preset "$p" --seq 256)"
-  b="$(/usr/bin/python3 "$here/peer_pytorch.py" --mode config --preset "$p" --seq 256)"
-  /usr/bin/python3 - "$p" "$a" "$b" <<'PY' || status=1
+  b="$("$LM_PYTHON" "$here/peer_pytorch.py" --mode config --preset "$p" --seq 256)"
+  "$LM_PYTHON" - "$p" "$a" "$b" <<'PY' || status=1
 import json, sys
 p, a, b = sys.argv[1], json.loads(sys.argv[2]), json.loads(sys.argv[3])
 bad = [k for k in ("vocab_size", "d_model", "n_layers", "n_heads", "n_kv_heads", "d_ff", "max_seq_len",

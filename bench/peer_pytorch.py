@@ -1,4 +1,4 @@
-#!/usr/bin/python3
+#!/usr/bin/env python3
 """Python PyTorch peer of lmforge's training step, written plainly in nanoGPT's style.
 
 Same architecture as model/transformer.cpp (Llama: RMSNorm in fp32, rotate_half RoPE, causal
@@ -6,9 +6,11 @@ attention with an fp32 softmax, SwiGLU, no biases, tied embeddings per preset), 
 (N(0, 0.02), o_proj/down_proj scaled by 1/sqrt(2L), norms 1), same AdamW (torch.optim.AdamW,
 betas 0.9/0.95, eps 1e-8, weight decay 0.1 on matrices but not the embedding or norms), same
 LR schedule (warmup then cosine to 0.1 lr), same grad clip (1.0), same batch and dtype.
-Prints one JSON line in train_step_bench's format. Run with Debian's interpreter:
+Prints one JSON line in train_step_bench's format. --compile wraps the model in torch.compile
+(Inductor; the first steps compile and are excluded from the rate like every warm-up). Run with
+the pinned interpreter of scripts/setup.sh (the same torch as the C++ build):
 
-    /usr/bin/python3 bench/peer_pytorch.py --preset small --batch 8 --seq 256 --dtype bf16 --threads 2
+    ~/.cache/lmforge/venv-torch-2.11.0/bin/python bench/peer_pytorch.py --preset small --batch 8 --seq 256 --dtype bf16 --threads 2
 """
 import argparse
 import contextlib
@@ -186,6 +188,7 @@ def main():
     ap.add_argument("--log-interval", type=int, default=0)
     ap.add_argument("--lr", type=float, default=3e-3)
     ap.add_argument("--warmup", type=int, default=2)
+    ap.add_argument("--compile", action="store_true", help="torch.compile the model (Inductor)")
     a = ap.parse_args()
     c = dict(PRESETS[a.preset])
     if a.n_layers:
@@ -203,6 +206,7 @@ def main():
     torch.set_num_threads(a.threads if a.threads > 0 else torch.get_num_threads())
     torch.manual_seed(1234)
     model = Llama(c)
+    fwd = torch.compile(model) if a.compile else model
     gen = torch.Generator().manual_seed(42)
     ctx = torch.autocast("cpu", dtype=torch.bfloat16) if a.dtype == "bf16" else contextlib.nullcontext()
     B, T = a.batch, a.seq
@@ -215,7 +219,7 @@ def main():
             for step in range(a.steps):
                 win = torch.randint(0, c["vocab_size"], (B, T + 1), generator=gen)
                 with ctx:
-                    _, loss = model(win[:, :-1], win[:, 1:])
+                    _, loss = fwd(win[:, :-1], win[:, 1:])
                 losses.append(loss.item())
                 if (step + 1) % log_every == 0 or step + 1 == a.steps:
                     marks.append(((step + 1) * B * T, time.perf_counter() - t0))
@@ -229,7 +233,7 @@ def main():
             win = torch.randint(0, c["vocab_size"], (B, T + 1), generator=gen)
             opt.zero_grad(set_to_none=True)
             with ctx:
-                _, loss = model(win[:, :-1], win[:, 1:])
+                _, loss = fwd(win[:, :-1], win[:, 1:])
             loss.backward()
             torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
             opt.step()
@@ -242,7 +246,7 @@ def main():
     else:
         rate = marks[-1][0] / marks[-1][1]
     rss_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
-    print(json.dumps({"impl": "peer", "preset": a.preset, "dtype": a.dtype, "mode": a.mode, "batch": B,
+    print(json.dumps({"impl": "peer-compile" if a.compile else "peer", "preset": a.preset, "dtype": a.dtype, "mode": a.mode, "batch": B,
                       "seq": T, "steps": a.steps, "threads": torch.get_num_threads(),
                       "tokens_per_s": round(rate, 1), "flops_per_token": fpt, "params": n_params,
                       "peak_rss_mb": round(rss_mb, 1), "final_loss": round(losses[-1], 4),

@@ -1,16 +1,16 @@
 #!/usr/bin/env bash
-# Side-by-side benchmark: lmforge's training step vs the Python PyTorch peer, alternating
-# (A B A B ...) in one run so machine noise hits both alike. Writes bench/results/<date>-<label>.json
+# Side-by-side benchmark: lmforge's training step vs the Python PyTorch peer in eager mode and
+# under torch.compile, alternating (A B C A B C ...) in one run so machine noise hits all alike. Writes bench/results/<date>-<label>.json
 # and bench/results/latest.md (Markdown table with the ratio lmforge/peer) and prints the table.
 #
 #   bench/run.sh [--preset small] [--batch 8] [--seq 256] [--dtype both|fp32|bf16] [--rounds 2]
 #                [--steps 12] [--threads N] [--n-layers L --n-heads H] [--label NAME]
-#                [--build build-perf]
+#                [--build build-perf] [--no-compile]
 # Example (the issue's d256 L4 configuration): bench/run.sh --preset small --n-layers 4 --n-heads 4 --label d256l4
 set -euo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
 root="$(dirname "$here")"
-preset=small batch=8 seq=256 dtype=both rounds=2 steps=12 threads="$(nproc)" layers=0 heads=0 label="" build="build-perf"
+preset=small batch=8 seq=256 dtype=both rounds=2 steps=12 threads="$(nproc)" layers=0 heads=0 label="" build="build-perf" compiled=1
 while [[ $# -gt 0 ]]; do
   case "$1" in
     --preset) preset="$2"; shift 2;;
@@ -22,6 +22,7 @@ while [[ $# -gt 0 ]]; do
     --threads) threads="$2"; shift 2;;
     --n-layers) layers="$2"; shift 2;;
     --n-heads) heads="$2"; shift 2;;
+    --no-compile) compiled=0; shift;;
     --label) label="$2"; shift 2;;
     --build) build="$2"; shift 2;;
     -h|--help) sed -n '2,10p' "$0"; exit 0;;
@@ -32,7 +33,7 @@ done
 [[ "$build" = /* ]] || build="$root/$build"
 bench="$build/bench/train_step_bench"
 [[ -x "$bench" ]] || { echo "run.sh: $bench not built (ninja -C $build train_step_bench)" >&2; exit 2; }
-py=/usr/bin/python3  # Debian's python3-torch
+source "$(dirname "$0")/../scripts/env.sh"; py=$LM_PYTHON  # the pinned torch of scripts/setup.sh
 peer="$here/peer_pytorch.py"
 dtypes=(fp32 bf16); [[ "$dtype" == both ]] || dtypes=("$dtype")
 shape=(--preset "$preset" --batch "$batch" --seq "$seq" --steps "$steps" --threads "$threads")
@@ -51,6 +52,7 @@ for dt in "${dtypes[@]}"; do
       echo "  $dt $mode round $r/$rounds" >&2
       "$bench" --mode "$mode" --dtype "$dt" "${shape[@]}" | tail -1 >> "$lines"
       "$py" "$peer" --mode "$mode" --dtype "$dt" "${shape[@]}" | tail -1 >> "$lines"
+      [[ "$compiled" == 1 ]] && "$py" "$peer" --compile --mode "$mode" --dtype "$dt" "${shape[@]}" | tail -1 >> "$lines"
     done
   done
 done

@@ -1,4 +1,4 @@
-#!/usr/bin/python3
+#!/usr/bin/env python3
 """Turns bench/run.sh's JSON lines into results/<date>-<label>.json and a Markdown table.
 
 MFU = tokens/s x FLOPs per token / the matmul ceiling measured at the start of the same run
@@ -16,14 +16,15 @@ def main(lines_path, out_json, out_md):
         if r.get("meta"):
             meta.update({k: v for k, v in r.items() if k != "meta"})
     peak = next(r for r in rows if r.get("mode") == "peak")
-    runs = [r for r in rows if r.get("impl") in ("lmforge", "peer") and r.get("mode") in ("train", "forward")]
+    impls = ("lmforge", "peer", "peer-compile")
+    runs = [r for r in rows if r.get("impl") in impls and r.get("mode") in ("train", "forward")]
     extras = [r for r in rows if not r.get("meta") and r not in runs and r is not peak]
     ceil = {"fp32": peak["fp32_flops"], "bf16": peak["bf16_flops"]}
     table = []
     for dtype in ("fp32", "bf16"):
         for mode in ("train", "forward"):
             got = {}
-            for impl in ("lmforge", "peer"):
+            for impl in impls:
                 rs = [r for r in runs if r["impl"] == impl and r["dtype"] == dtype and r["mode"] == mode]
                 if not rs:
                     continue
@@ -35,8 +36,10 @@ def main(lines_path, out_json, out_md):
                                  peak_rss_mb=max(r["peak_rss_mb"] for r in rs),
                                  final_loss=rs[-1]["final_loss"], first_loss=rs[-1]["first_loss"])
             if got:
-                ratio = got["lmforge"]["tokens_per_s"] / got["peer"]["tokens_per_s"] if len(got) == 2 else None
-                table.append(dict(dtype=dtype, mode=mode, ratio=ratio, **got))
+                ratio = lambda peer: (got["lmforge"]["tokens_per_s"] / got[peer]["tokens_per_s"]
+                                      if "lmforge" in got and peer in got else None)
+                table.append(dict(dtype=dtype, mode=mode, ratio=ratio("peer"),
+                                  ratio_compiled=ratio("peer-compile"), **got))
     shape = runs[0] if runs else {}
     result = dict(meta=meta, peak=peak, shape={k: shape.get(k) for k in ("preset", "batch", "seq", "steps", "threads",
                                                                           "params", "flops_per_token")},
@@ -51,16 +54,20 @@ def main(lines_path, out_json, out_md):
           f"bf16 {peak['bf16_flops'] / 1e9:.0f} GFLOP/s. Load average before/after: {meta.get('load_before')} / "
           f"{meta.get('load_after')}. Medians of the rounds; spread = (max-min)/median.",
           "",
-          "| dtype | step | lmforge tok/s | peer tok/s | lmforge / peer | lmforge MFU | peer MFU | lmforge RSS MB | peer RSS MB | spread l/p |",
-          "|---|---|---|---|---|---|---|---|---|---|"]
+          "| dtype | step | lmforge tok/s | eager peer tok/s | compiled peer tok/s | lmforge / eager | lmforge / compiled "
+          "| lmforge MFU | eager MFU | compiled MFU | RSS MB l/e/c | spread l/e/c |",
+          "|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for t in table:
-        l, p = t.get("lmforge"), t.get("peer")
+        l, p, c = t.get("lmforge"), t.get("peer"), t.get("peer-compile")
         f = lambda d, k, fmt: (fmt % d[k]) if d else "–"
+        mfu = lambda d: ("%.1f%%" % (100 * d["mfu"])) if d else "–"
+        spread = lambda d: ("%.0f%%" % (100 * d["spread"])) if d else "–"
+        rt = lambda r: ("%.2f×" % r) if r else "–"
         md.append(f"| {t['dtype']} | {t['mode']} | {f(l, 'tokens_per_s', '%.0f')} | {f(p, 'tokens_per_s', '%.0f')} | "
-                  f"{('%.2f×' % t['ratio']) if t['ratio'] else '–'} | "
-                  f"{(('%.1f%%' % (100 * l['mfu'])) if l else '–')} | {(('%.1f%%' % (100 * p['mfu'])) if p else '–')} | "
-                  f"{f(l, 'peak_rss_mb', '%.0f')} | {f(p, 'peak_rss_mb', '%.0f')} | "
-                  f"{(('%.0f%%' % (100 * l['spread'])) if l else '–')} / {(('%.0f%%' % (100 * p['spread'])) if p else '–')} |")
+                  f"{f(c, 'tokens_per_s', '%.0f')} | {rt(t['ratio'])} | {rt(t['ratio_compiled'])} | "
+                  f"{mfu(l)} | {mfu(p)} | {mfu(c)} | "
+                  f"{f(l, 'peak_rss_mb', '%.0f')}/{f(p, 'peak_rss_mb', '%.0f')}/{f(c, 'peak_rss_mb', '%.0f')} | "
+                  f"{spread(l)} / {spread(p)} / {spread(c)} |")
     for e in extras:
         md.append("")
         md.append(f"- {e.get('bench', e.get('impl', 'extra'))}: " + ", ".join(f"{k} {v}" for k, v in e.items()))

@@ -17,11 +17,7 @@
 #include <unordered_map>
 #include <random>
 
-#include <torch/version.h>
-#if TORCH_VERSION_MAJOR < 2
 #include <torch/csrc/autograd/profiler_legacy.h>
-#define LM_BENCH_PROFILER 1
-#endif
 
 #include "core/config.h"
 #include "core/log.h"
@@ -68,7 +64,6 @@ double steady_rate(const std::string& metrics_path) {
   if (marks.size() < 2) return marks.empty() ? 0 : marks.back().first / marks.back().second;
   return (marks.back().first - marks.front().first) / (marks.back().second - marks.front().second);
 }
-#ifdef LM_BENCH_PROFILER
 // Records every ATen op with its input shapes (the legacy CPU profiler, as Python's
 // torch.autograd.profiler does on this build, which has no Kineto) and writes complete events
 // as a chrome trace: bench/profile_summary.py aggregates self time by op and shape.
@@ -105,7 +100,6 @@ class ShapeProfile {
   std::string path_;
   torch::autograd::profiler::TLSLegacyProfilerGuard guard_;
 };
-#endif
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -156,13 +150,8 @@ int main(int argc, char** argv) {
     return 0;
   }
   double rate = 0, final_loss = 0, first_loss = 0;
-#ifdef LM_BENCH_PROFILER
   std::unique_ptr<ShapeProfile> prof;
   if (!profile.empty()) prof = std::make_unique<ShapeProfile>(profile);
-#else
-  if (!profile.empty()) { std::fprintf(stderr, "--profile needs LibTorch 1.x's legacy profiler\n"); return 2; }
-  struct { void reset() {} } prof;
-#endif
   if (mode == "forward") {
     torch::manual_seed(1234);
     lm::model::Transformer model(mc);

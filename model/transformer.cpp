@@ -1,7 +1,6 @@
 #include "model/transformer.h"
 
 #include <ATen/autocast_mode.h>
-#include <torch/version.h>
 
 #include <cmath>
 #include <limits>
@@ -13,13 +12,8 @@ namespace F = torch::nn::functional;
 namespace {
 // The dtype matmuls run in on h's device: the autocast dtype when autocast is on there.
 torch::ScalarType compute_dtype(const torch::Tensor& h) {
-#if TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 4)
   const auto dev = h.device().type();
   if (at::autocast::is_autocast_enabled(dev)) return at::autocast::get_autocast_dtype(dev);
-#else
-  if (h.is_cuda() && at::autocast::is_enabled()) return at::autocast::get_autocast_gpu_dtype();
-  if (h.is_cpu() && at::autocast::is_cpu_enabled()) return at::autocast::get_autocast_cpu_dtype();
-#endif
   return h.scalar_type();
 }
 
@@ -77,32 +71,13 @@ torch::Tensor reference_attention(const torch::Tensor& q, const torch::Tensor& k
   return torch::matmul(probs, v);
 }
 
-// On 1.13 the fused path is the baddbmm formulation below, still a distinct kernel sequence.
-bool fused_attention_available() { return true; }
-
 torch::Tensor fused_attention(const torch::Tensor& q, const torch::Tensor& k,
                               const torch::Tensor& v) {
-#if TORCH_VERSION_MAJOR >= 2
+  // SDPA picks the flash / memory-efficient / cuDNN kernel on GPUs and the flash CPU kernel on
+  // CPUs; grouped-query k, v (fewer heads than q) go in as they are (enable_gqa), not repeated.
   return at::scaled_dot_product_attention(q, k, v, /*attn_mask=*/{}, /*dropout_p=*/0.0,
-                                          /*is_causal=*/true);
-#else
-  // LibTorch 1.13 has no SDPA. Same math as the reference in fewer passes over the [B, H, T, T]
-  // scores (what dominates a CPU step at T = 256, docs/performance.md): the 1/sqrt(D) scale
-  // rides in the GEMM's alpha, the causal mask in its beta·C term (a 0 / -inf bias), and softmax
-  // accumulates in fp32 from bf16 scores without a separate cast pass.
-  const int64_t B = q.size(0), H = q.size(1), T = q.size(2), D = q.size(3);
-  const double scale = 1.0 / std::sqrt(static_cast<double>(D));
-  auto bias = torch::full({T, T}, -std::numeric_limits<float>::infinity(),
-                          torch::TensorOptions().dtype(q.scalar_type()).device(q.device()))
-                  .triu(1);                                      // [T, T], broadcast over B*H
-  auto q3 = q.reshape({B * H, T, D}), k3 = k.reshape({B * H, T, D}), v3 = v.reshape({B * H, T, D});
-  auto scores = torch::baddbmm(bias, q3, k3.transpose(1, 2), /*beta=*/1.0, /*alpha=*/scale);
-  // Softmax in the scores' own dtype: ATen's CPU kernel accumulates bf16 rows in fp32 and rounds
-  // once, the same values as softmax(scores, kFloat32).to(bf16) without the two conversion
-  // passes forward and the two backward (docs/performance.md, profile).
-  auto probs = torch::softmax(scores, -1);
-  return torch::bmm(probs, v3).view({B, H, T, D});
-#endif
+                                          /*is_causal=*/true, /*scale=*/std::nullopt,
+                                          /*enable_gqa=*/k.size(1) != q.size(1));
 }
 
 namespace {
@@ -234,19 +209,17 @@ torch::Tensor AttentionImpl::forward(const torch::Tensor& x, const torch::Tensor
   auto v = v_proj(x).view({B, T, n_kv_heads_, head_dim_}).transpose(1, 2);
   q = apply_rotary(q, cos, sin);
   k = apply_rotary(k, cos, sin);
-  if (n_kv_heads_ != n_heads_) {
-    // Grouped-query: kv head j serves query heads j*rep .. j*rep+rep-1 (HF repeat_kv order).
-    const int64_t rep = n_heads_ / n_kv_heads_;
-    k = k.repeat_interleave(rep, 1);
-    v = v.repeat_interleave(rep, 1);
-  }
   torch::Tensor y;
-  if (debug_break_causality) {
-    y = reference_attention(q, k, v, /*causal=*/false);
-  } else if (use_fused) {
-    y = fused_attention(q, k, v);
+  if (use_fused && !debug_break_causality) {
+    y = fused_attention(q, k, v);  // grouped-query natively
   } else {
-    y = reference_attention(q, k, v, true);
+    if (n_kv_heads_ != n_heads_) {
+      // Grouped-query: kv head j serves query heads j*rep .. j*rep+rep-1 (HF repeat_kv order).
+      const int64_t rep = n_heads_ / n_kv_heads_;
+      k = k.repeat_interleave(rep, 1);
+      v = v.repeat_interleave(rep, 1);
+    }
+    y = reference_attention(q, k, v, /*causal=*/!debug_break_causality);
   }
   // y: [B, H, T, D] -> [B, T, C]
   y = y.transpose(1, 2).reshape({B, T, n_heads_ * head_dim_});

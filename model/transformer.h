@@ -37,7 +37,8 @@ torch::Tensor apply_rotary(const torch::Tensor& x, const torch::Tensor& cos,
 // Causal attention: q, k, v: [B, H, T, D] (k, v already expanded to H heads) -> [B, H, T, D].
 torch::Tensor reference_attention(const torch::Tensor& q, const torch::Tensor& k,
                                   const torch::Tensor& v, bool causal = true);
-// scaled_dot_product_attention on LibTorch >= 2; the reference on 1.13.
+// Fused causal attention (scaled_dot_product_attention). k, v may have fewer heads than q
+// (grouped-query, H divisible by Hkv): they are used without being repeated.
 torch::Tensor fused_attention(const torch::Tensor& q, const torch::Tensor& k,
                               const torch::Tensor& v);
 // Mean next-token cross-entropy of logits = h · wᵀ, without materialising the [N, V] logits
@@ -51,9 +52,6 @@ torch::Tensor linear_cross_entropy(const torch::Tensor& h, const torch::Tensor& 
 // The reference it must equal: nll_loss(log_softmax(h · wᵀ in fp32)).
 torch::Tensor reference_linear_cross_entropy(const torch::Tensor& h, const torch::Tensor& w,
                                              const torch::Tensor& targets);
-
-// True when fused_attention really is a different kernel from the reference.
-bool fused_attention_available();
 
 // Keys and values of the positions already seen, per layer, for incremental decoding.
 // k[l], v[l]: [B, Hkv, length, D] (before the grouped-query expansion). Empty until first use.

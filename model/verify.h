@@ -28,7 +28,6 @@ struct EquivalenceReport {
   double max_abs_out = 0;   // forward output
   double max_abs_grad = 0;  // dL/dq, dL/dk, dL/dv
   double tolerance = 0;
-  bool fused_is_distinct = false;  // false on LibTorch 1.13, where fused == reference
   bool ok() const { return max_abs_out <= tolerance && max_abs_grad <= tolerance; }
   std::string summary() const;
 };
@@ -37,9 +36,12 @@ struct EquivalenceReport {
 // of ~1e-6 per op over D-long dot products; bf16 has an 8-bit mantissa (2^-8 ≈ 4e-3).
 double attention_tolerance(torch::ScalarType dtype);
 
+// fused_attention against reference_attention, outputs and gradients. kv_heads < heads (a
+// divisor) checks grouped-query: the fused path takes k, v as they are, the reference repeats them.
 EquivalenceReport check_attention_equivalence(int64_t batch, int64_t heads, int64_t seq,
                                               int64_t head_dim, torch::ScalarType dtype,
-                                              torch::Device device, uint64_t seed);
+                                              torch::Device device, uint64_t seed,
+                                              int64_t kv_heads = 0);
 
 struct CausalityReport {
   double max_leak = 0;  // largest |Δlogit| at positions <= t when token t+1 changed

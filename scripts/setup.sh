@@ -1,37 +1,68 @@
 #!/usr/bin/env bash
-# Installs every Debian package that lmforge's build, tests and demo need.
-# Idempotent: when everything is already installed it does nothing (no apt-get update).
+# Installs what lmforge's build, tests and demo need. Idempotent: with everything in place it
+# changes nothing and runs no apt-get update or pip.
+#  1. Debian packages (compilers, CMake, SentencePiece, abseil, ICU, GoogleTest, ...);
+#  2. the pinned torch wheel (scripts/requirements.txt) in a virtual environment outside the clone,
+#     ~/.cache/lmforge/venv-torch-<version> (LM_VENV overrides), reused by every clone: LibTorch
+#     for the C++ build and the Python oracle/peer of the tests. First time: ~2.9 GB download,
+#     ~4.7 GB on disk, 3-5 minutes on a fast link.
+#  3. a CUDA compiler for LibTorch's CMake config (it needs nvcc, even though lmforge compiles
+#     no kernels): the system toolkit when there is one (/usr/local/cuda), else NVIDIA's
+#     nvcc/cudart wheels into the same environment.
 set -euo pipefail
+here=$(cd "$(dirname "$0")" && pwd)
+source "$here/env.sh"
 
 PACKAGES=(
   build-essential cmake ninja-build ccache pkg-config git ca-certificates
-  libtorch-dev            # LibTorch 1.13 (CPU) headers and libraries
-  libopenblas0-openmp     # fast fp32 BLAS for LibTorch (reference BLAS runs at ~5 GFLOP/s)
+  python3 python3-venv    # the interpreter of the pinned environment
   libsentencepiece-dev sentencepiece
   libabsl-dev libcli11-dev nlohmann-json3-dev libicu-dev
   zlib1g-dev libbz2-dev   # gzip corpora, bz2 HellaSwag export
-  libgloo-dev             # headers for c10d ProcessGroupGloo (CPU data parallel)
+  libgloo-dev             # headers for c10d ProcessGroupGloo (the wheel ships none; docs/dependencies.md)
   libgtest-dev libgmock-dev libbenchmark-dev
-  python3-torch python3-numpy python3-sentencepiece   # independent oracle and peer in tests/benchmarks only
   clang-14 libclang-rt-14-dev   # libFuzzer + ASan/UBSan for the fuzz targets (scripts/fuzz.sh, ctest fuzz_quick)
 )
 
+SUDO=""
+if [ "$(id -u)" -ne 0 ]; then SUDO="sudo"; fi
 missing=()
 for p in "${PACKAGES[@]}"; do
   if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed"; then
     missing+=("$p")
   fi
 done
-
 if [ "${#missing[@]}" -eq 0 ]; then
-  echo "setup: all ${#PACKAGES[@]} packages present"
-  exit 0
+  echo "setup: all ${#PACKAGES[@]} Debian packages present"
+else
+  echo "setup: installing ${#missing[@]} Debian packages: ${missing[*]}"
+  export DEBIAN_FRONTEND=noninteractive
+  $SUDO apt-get update
+  $SUDO apt-get install -y --no-install-recommends "${missing[@]}"
 fi
 
-SUDO=""
-if [ "$(id -u)" -ne 0 ]; then SUDO="sudo"; fi
-echo "setup: installing ${#missing[@]} packages: ${missing[*]}"
-export DEBIAN_FRONTEND=noninteractive
-$SUDO apt-get update
-$SUDO apt-get install -y --no-install-recommends "${missing[@]}"
+# The pinned Python environment. The stamp holds the requirements it was made from; a changed
+# pin (or a broken environment) reinstalls.
+want=$(sha256sum "$here/requirements.txt" | cut -c1-16)
+stamp="$LM_VENV/.lmforge-requirements"
+if [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$want" ] && "$LM_PYTHON" -c 'import torch' 2>/dev/null; then
+  echo "setup: torch $LM_TORCH_PIN environment present ($LM_VENV)"
+else
+  base=${LM_BASE_PYTHON:-python3}
+  echo "setup: making the torch $LM_TORCH_PIN environment in $LM_VENV (first time: ~2.9 GB download, a few minutes)"
+  mkdir -p "$(dirname "$LM_VENV")"
+  [ -x "$LM_PYTHON" ] || "$base" -m venv "$LM_VENV"
+  "$LM_VENV/bin/pip" install --disable-pip-version-check --progress-bar off -q -r "$here/requirements.txt"
+  "$LM_PYTHON" -c 'import torch; print("setup: torch", torch.__version__, "CUDA", torch.version.cuda)'
+  echo "$want" > "$stamp"
+fi
+
+# nvcc for LibTorch's CMake config (scripts/build.sh looks here when no system toolkit exists).
+if command -v nvcc >/dev/null || [ -x /usr/local/cuda/bin/nvcc ]; then
+  echo "setup: CUDA compiler present ($(command -v nvcc || echo /usr/local/cuda/bin/nvcc))"
+elif [ -x "$LM_VENV/cuda/bin/nvcc" ]; then
+  echo "setup: CUDA compiler present ($LM_VENV/cuda/bin/nvcc)"
+else
+  bash "$here/cuda_from_wheels.sh" "$LM_VENV"
+fi
 echo "setup: done"

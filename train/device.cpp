@@ -1,7 +1,6 @@
 #include "train/device.h"
 
 #include <ATen/autocast_mode.h>
-#include <torch/version.h>
 
 #include <cctype>
 #include <chrono>
@@ -73,27 +72,13 @@ DevicePeak device_peak(const torch::Device& device, torch::ScalarType dtype, dou
 AutocastGuard::AutocastGuard(const torch::Device& device, bool enabled)
     : enabled_(enabled), cuda_(device.is_cuda()) {
   if (!enabled_) return;
-#if TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 4)
   at::autocast::set_autocast_enabled(cuda_ ? at::kCUDA : at::kCPU, true);
   at::autocast::set_autocast_dtype(cuda_ ? at::kCUDA : at::kCPU, at::kBFloat16);
-#else
-  if (cuda_) {
-    at::autocast::set_enabled(true);
-    at::autocast::set_autocast_gpu_dtype(at::kBFloat16);
-  } else {
-    at::autocast::set_cpu_enabled(true);
-    at::autocast::set_autocast_cpu_dtype(at::kBFloat16);
-  }
-#endif
 }
 
 AutocastGuard::~AutocastGuard() {
   if (!enabled_) return;
-#if TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 4)
   at::autocast::set_autocast_enabled(cuda_ ? at::kCUDA : at::kCPU, false);
-#else
-  if (cuda_) at::autocast::set_enabled(false); else at::autocast::set_cpu_enabled(false);
-#endif
   at::autocast::clear_cache();
 }
 

@@ -6,10 +6,10 @@
 
 #include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
-#include <torch/version.h>
-// LM_HAVE_NCCL (with USE_C10D_NCCL) comes from train/CMakeLists.txt when LibTorch has torch_cuda
-// and nccl.h is found; Debian's CPU-only 1.13 builds the Gloo path only.
+// LM_HAVE_NCCL comes from train/CMakeLists.txt when LibTorch has CUDA (its torch_cuda target
+// exports USE_C10D_NCCL) and nccl.h is found; a CPU-only LibTorch builds the Gloo path only.
 #if defined(LM_HAVE_NCCL)
+#include <torch/csrc/distributed/c10d/NCCLUtils.hpp>
 #include <torch/csrc/distributed/c10d/ProcessGroupNCCL.hpp>
 #endif
 
@@ -54,19 +54,22 @@ absl::StatusOr<DistEnv> dist_env_from_environment() {
   return e;
 }
 
-// Since LibTorch 2.0, ProcessGroupGloo/NCCL are c10d::Backend subclasses (ProcessGroup became a
-// dispatcher over backends); in 1.13 they derive from ProcessGroup. Both expose the same collectives.
-#if TORCH_VERSION_MAJOR >= 2
+// ProcessGroupGloo/NCCL are c10d::Backend subclasses; we drive one backend directly.
 using PgBase = c10d::Backend;
-#else
-using PgBase = c10d::ProcessGroup;
-#endif
 
 bool nccl_available() {
 #if defined(LM_HAVE_NCCL)
   return true;
 #else
   return false;
+#endif
+}
+
+std::string nccl_version() {
+#if defined(LM_HAVE_NCCL)
+  return c10d::getNcclVersion();
+#else
+  return "";
 #endif
 }
 
@@ -96,6 +99,7 @@ absl::StatusOr<std::unique_ptr<Comm>> Comm::connect(const DistEnv& env, const to
     so.numWorkers = env.world;
     so.waitWorkers = true;
     so.timeout = std::chrono::duration_cast<std::chrono::milliseconds>(timeout);
+    so.useLibUV = kStoreUsesLibUV;
     impl->store = c10::make_intrusive<c10d::TCPStore>(env.master_addr, so);
     if (device.is_cuda()) {
 #if defined(LM_HAVE_NCCL)

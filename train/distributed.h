@@ -27,8 +27,15 @@ struct DistEnv {
 // errors name the variable.
 absl::StatusOr<DistEnv> dist_env_from_environment();
 
-// Whether this LibTorch build has ProcessGroupNCCL compiled in (LibTorch 2.x CUDA with nccl.h found).
+// Whether this build has ProcessGroupNCCL compiled in (LibTorch with CUDA, nccl.h found at build time).
 bool nccl_available();
+// The NCCL version LibTorch loaded ("2.28.9"), or "" without NCCL.
+std::string nccl_version();
+
+// The TCPStore backend, chosen explicitly: the classic one. LibTorch >= 2.4 defaults to libuv,
+// which builds without libuv (Debian's libtorch-dev) refuse at connect time; the classic store
+// serves the rendezvous of a few hundred ranks, which is all lmforge asks of it.
+inline constexpr bool kStoreUsesLibUV = false;
 
 // A process group (Gloo on CPU, NCCL for a CUDA device when built with it). All collectives time
 // out after `timeout`, so a dead rank makes the others fail loudly instead of hanging.

@@ -3,6 +3,8 @@
 #include <cmath>
 #include <map>
 
+#include <ATen/ops/_fused_adamw.h>
+
 namespace lm::train {
 
 AdamW::AdamW(const std::vector<std::pair<std::string, torch::Tensor>>& params, const TrainConfig& cfg)
@@ -26,18 +28,27 @@ void AdamW::zero_grad() {
 void AdamW::step(double lr) {
   torch::NoGradGuard no_grad;
   ++t_;
-  const double bc1 = 1.0 - std::pow(beta1_, static_cast<double>(t_));
-  const double bc2 = 1.0 - std::pow(beta2_, static_cast<double>(t_));
-  const double step_size = lr / bc1;
-  const double bc2_sqrt = std::sqrt(bc2);
-  for (auto& s : slots_) {
-    const auto& g = s.param.grad();
-    if (!g.defined()) continue;
-    if (s.decay && weight_decay_ != 0) s.param.mul_(1.0 - lr * weight_decay_);
-    s.exp_avg.mul_(beta1_).add_(g, 1.0 - beta1_);
-    s.exp_avg_sq.mul_(beta2_).addcmul_(g, g, 1.0 - beta2_);
-    auto denom = (s.exp_avg_sq.sqrt() / bc2_sqrt).add_(eps_);
-    s.param.addcdiv_(s.exp_avg, denom, -step_size);
+  // ATen's fused AdamW (one kernel over all tensors of a group on CUDA, a vectorised loop on CPU),
+  // the kernel behind torch.optim.AdamW(fused=True): decayed and undecayed groups in two calls.
+  // Bias correction reads state_steps, which the kernel does not advance (torch.optim adds 1
+  // before calling it); every slot shares the run's step count t_, so one step tensor per device
+  // is filled with it and passed for each parameter.
+  for (const bool decay : {true, false}) {
+    std::vector<torch::Tensor> p, g, m, v, steps;
+    for (auto& s : slots_) {
+      if (s.decay != decay || !s.param.grad().defined()) continue;
+      auto& step = step_tensors_[s.param.device().str()];
+      if (!step.defined()) step = torch::zeros({}, torch::TensorOptions().dtype(torch::kFloat32).device(s.param.device()));
+      p.push_back(s.param);
+      g.push_back(s.param.grad());
+      m.push_back(s.exp_avg);
+      v.push_back(s.exp_avg_sq);
+      steps.push_back(step);
+    }
+    if (p.empty()) continue;
+    for (auto& [dev, step] : step_tensors_) step.fill_(static_cast<double>(t_));
+    at::_fused_adamw_(p, g, m, v, /*max_exp_avg_sqs=*/{}, steps, lr, beta1_, beta2_,
+                      decay ? weight_decay_ : 0.0, eps_, /*amsgrad=*/false, /*maximize=*/false);
   }
 }
 

@@ -4,6 +4,7 @@
 
 #include <torch/torch.h>
 
+#include <map>
 #include <string>
 #include <vector>
 
@@ -18,7 +19,8 @@ class AdamW {
   // norms (1-D) never decay.
   AdamW(const std::vector<std::pair<std::string, torch::Tensor>>& params, const TrainConfig& cfg);
 
-  // One update with learning rate `lr` (PyTorch's torch.optim.AdamW formula).
+  // One update with learning rate `lr`: at::_fused_adamw_, the kernel of
+  // torch.optim.AdamW(fused=True).
   void step(double lr);
   void zero_grad();
 
@@ -39,6 +41,7 @@ class AdamW {
   std::vector<std::string> decayed_, not_decayed_;
   double beta1_, beta2_, eps_, weight_decay_;
   int64_t t_ = 0;
+  std::map<std::string, torch::Tensor> step_tensors_;  // device -> float32 scalar holding t_
 };
 
 // Global L2 norm of all gradients; clips in place to max_norm when max_norm > 0.

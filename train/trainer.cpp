@@ -8,6 +8,7 @@
 #include <sstream>
 
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_split.h"
 #include "core/file.h"
 #include "core/log.h"
 #include "core/runtime.h"
@@ -221,7 +222,7 @@ absl::StatusOr<FitSummary> fit(const FitRequest& req_in, BatchSource& source, co
   const double flops_per_token = model::train_flops_per_token(req.model, tc.seq_len);
   const int64_t step_tokens = tokens_per_step(tc, req.world_size);
   if (main_rank) {
-    log_info("%s", backend_summary());
+    for (const auto& line : absl::StrSplit(version_report("lmtrain fit"), '\n')) log_info("%s", std::string(line));
     log_info("model %s: %s params, %.3g FLOPs/token; batch %d x %d x accum %d = %s tokens/step; %d steps; peak %s (%s)",
              req.model.preset, format_count(static_cast<double>(model::param_count(req.model))),
              flops_per_token, tc.micro_batch, tc.seq_len, tc.grad_accum,

@@ -4,6 +4,7 @@
 #include <filesystem>
 #include <fstream>
 
+#include "core/runtime.h"
 #include "core/config.h"
 #include "core/file.h"
 #include "core/log.h"
@@ -197,3 +198,34 @@ TEST(Log, Formatting) {
 }
 
 }  // namespace
+
+// The shipped build (the torch wheel, scripts/build.sh) has CUDA, cuDNN and NCCL compiled in,
+// GPU or not; CMake's LM_REQUIRE_CUDA (on in scripts/build.sh, CI and the images) makes this
+// test insist on it. A CPU-only LibTorch (Debian 13's libtorch-dev) builds without it.
+TEST(BuildInfo, CudaAndNcclCompiledInTheShippedBuild) {
+  const lm::BuildInfo b = lm::build_info();
+  EXPECT_EQ(b.torch.rfind("2.", 0), 0u) << b.torch;
+#if defined(LM_REQUIRE_CUDA_BUILD)
+  EXPECT_TRUE(b.cuda_compiled);
+  EXPECT_FALSE(b.cuda.empty());
+  EXPECT_FALSE(b.cudnn.empty());
+  EXPECT_TRUE(b.nccl_compiled);
+  EXPECT_EQ(b.nccl.rfind("2.", 0), 0u) << "NCCL version '" << b.nccl << "'";
+#else
+  GTEST_SKIP() << "built without LM_REQUIRE_CUDA (a CPU-only LibTorch is allowed)";
+#endif
+}
+
+TEST(BuildInfo, VersionReportNamesEveryPart) {
+  const std::string r = lm::version_report("lmtrain");
+  EXPECT_NE(r.find("lmtrain 0.1.0; LibTorch 2."), std::string::npos) << r;
+  EXPECT_NE(r.find("; device "), std::string::npos) << r;
+  EXPECT_NE(r.find("BLAS"), std::string::npos) << r;
+  const lm::BuildInfo b = lm::build_info();
+  if (b.cuda_compiled) {
+    EXPECT_NE(r.find("CUDA " + b.cuda + " (cuDNN " + b.cudnn + ", NCCL "), std::string::npos) << r;
+    EXPECT_NE(r.find("compiled in"), std::string::npos) << r;
+  } else {
+    EXPECT_NE(r.find("CUDA not compiled in"), std::string::npos) << r;
+  }
+}

@@ -1,4 +1,4 @@
-#!/usr/bin/python3
+#!/usr/bin/env python3
 """Independent cross-check of `lmeval nll` with Python PyTorch (Debian's python3-torch).
 
 Reads the run's model.safetensors itself (JSON header + torch.frombuffer), runs the reference
@@ -10,7 +10,7 @@ interleaved, missing norm, GQA order) moves NLLs by 1e-2 or more.
 
 With --eval-test and --lmeval it first builds the test run folder (eval_test's RunFolder
 tests) and runs lmeval itself, so ctest needs no other set-up. Exit 77 (ctest SKIP) when
-/usr/bin/python3 has no torch. `--break rope` perturbs this reference to show the check fails.
+the interpreter has no torch. `--break rope` perturbs this reference to show the check fails.
 """
 import argparse
 import json
@@ -23,7 +23,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 try:
     import torch
 except ImportError:
-    print("SKIP: /usr/bin/python3 has no torch (apt install python3-torch)")
+    print("SKIP: this Python has no torch (scripts/setup.sh makes the pinned environment)")
     sys.exit(77)
 
 import llama_ref  # noqa: E402

@@ -421,7 +421,7 @@ TEST_F(ExportTest, FitInitFromStartsFromExportedWeights) {
 // Logits of the exported folder computed by an independent Python reimplementation of
 // transformers' LlamaForCausalLM (tests/export/hf_forward_check.py) equal lmforge's.
 void python_check(bool tied) {
-  if (std::system("/usr/bin/python3 -c 'import torch' >/dev/null 2>&1") != 0) GTEST_SKIP() << "python3-torch missing";
+  if (std::system(LM_TEST_PYTHON " -c 'import torch' >/dev/null 2>&1") != 0) GTEST_SKIP() << LM_TEST_PYTHON " has no torch";
   const auto run = temp_dir(tied ? "py_tied" : "py_untied");
   model::Transformer m(tiny(tied));
   m->init_weights(tied ? 41 : 42);
@@ -441,7 +441,7 @@ void python_check(bool tied) {
   auto logits = m->forward(ids);
   LM_ASSERT_OK(model::save_safetensors((run / "expected.safetensors").string(),
                                        {{"input_ids", ids}, {"logits", logits.contiguous()}}));
-  const std::string cmd = "/usr/bin/python3 " LM_SOURCE_DIR "/tests/export/hf_forward_check.py " + hf + " " +
+  const std::string cmd = LM_TEST_PYTHON " " LM_SOURCE_DIR "/tests/export/hf_forward_check.py " + hf + " " +
                           (run / "expected.safetensors").string();
   const int rc = std::system(cmd.c_str());
   ASSERT_TRUE(WIFEXITED(rc));

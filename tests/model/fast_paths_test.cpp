@@ -64,8 +64,8 @@ TEST(FastPaths, LinearCrossEntropyMatchesReferenceUnderBf16Autocast) {
   // gradient to bf16 before the two matmuls (autograd does the same through the bf16 linear), so
   // the gradients agree to bf16 precision (2^-8 = 4e-3 relative; 1e-2 allows the GEMM order).
   auto c = lce_case(256, 64, 512);
-  at::autocast::set_cpu_enabled(true);
-  at::autocast::set_autocast_cpu_dtype(at::kBFloat16);
+  at::autocast::set_autocast_enabled(at::kCPU, true);
+  at::autocast::set_autocast_dtype(at::kCPU, at::kBFloat16);
   auto ref = reference_linear_cross_entropy(c.h, c.w, c.t);
   ref.backward();
   auto rh = c.h.grad().clone(), rw = c.w.grad().clone();
@@ -73,7 +73,7 @@ TEST(FastPaths, LinearCrossEntropyMatchesReferenceUnderBf16Autocast) {
   c.w.mutable_grad().zero_();
   auto got = linear_cross_entropy(c.h, c.w, c.t, 100);
   got.backward();
-  at::autocast::set_cpu_enabled(false);
+  at::autocast::set_autocast_enabled(at::kCPU, false);
   at::autocast::clear_cache();
   EXPECT_EQ(c.h.grad().scalar_type(), torch::kFloat32);
   EXPECT_EQ(c.w.grad().scalar_type(), torch::kFloat32);

@@ -121,6 +121,14 @@ TEST(Verify, CausalityHoldsAndBrokenMaskIsCaught) {
 TEST(Verify, FusedMatchesReference) {
   auto r = check_attention_equivalence(2, 4, 33, 16, torch::kFloat32, torch::kCPU, 5);
   EXPECT_TRUE(r.ok()) << r.summary();
+  EXPECT_GT(r.max_abs_out, 0.0) << "fused and reference gave identical bits: is SDPA really a second kernel?";
+}
+
+TEST(Verify, FusedGroupedQueryMatchesRepeatedReference) {
+  // 8 query heads over 2 kv heads: SDPA's native grouped-query against the reference on k, v
+  // repeated in HF's repeat_kv order; a wrong head mapping is off by O(1).
+  auto r = check_attention_equivalence(2, 8, 33, 16, torch::kFloat32, torch::kCPU, 6, /*kv_heads=*/2);
+  EXPECT_TRUE(r.ok()) << r.summary();
 }
 
 TEST(Verify, ReferenceAttentionMatchesNaiveLoop) {

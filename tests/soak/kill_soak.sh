@@ -41,7 +41,7 @@ done
 ref_ck="$W/ref/checkpoints/$(cat "$W/ref/latest")"; soak_ck="$W/soak/checkpoints/$(cat "$W/soak/latest")"
 cmp "$ref_ck/model.safetensors" "$soak_ck/model.safetensors" || { echo "soak: final weights differ"; exit 1; }
 cmp "$ref_ck/optimizer.safetensors" "$soak_ck/optimizer.safetensors" || { echo "soak: optimizer state differs"; exit 1; }
-extract() { /usr/bin/python3 -c 'import json,sys
+extract() { python3 -c 'import json,sys
 for l in open(sys.argv[1]):
     d=json.loads(l); print(d["step"], d["loss"].hex())' "$1"; }
 diff <(extract "$W/ref/metrics.jsonl") <(extract "$W/soak/metrics.jsonl") >/dev/null || { echo "soak: loss sequences differ"; exit 1; }
