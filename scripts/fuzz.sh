@@ -1,12 +1,13 @@
 #!/usr/bin/env bash
-# Builds the libFuzzer targets (tests/fuzz, clang-14 + ASan + UBSan) in BUILD_DIR (default
+# Builds the libFuzzer targets (tests/fuzz, clang + ASan + UBSan) in BUILD_DIR (default
 # build-fuzz) and runs each for SECONDS (default 600) on its seed corpus tests/fuzz/corpus/<t>/.
 # Fails on any crash, leak, timeout or sanitizer report; the reproducer is left in
 # $BUILD_DIR/fuzz-artifacts/. docs/reliability.md, "Fuzzing".
 #   scripts/fuzz.sh [SECONDS] [TARGET...]
 #   JOBS=2      targets run at the same time (each on one core)
 #   KEEP=1      merge inputs that add coverage back into tests/fuzz/corpus/<t>/ (minimised)
-# Exit 77 (ctest: skipped) when clang-14 or libFuzzer is not installed.
+#   FUZZ_CXX=clang++-19   the compiler (default: the newest clang++ / clang++-N with libFuzzer)
+# Exit 77 (ctest: skipped) when no clang with libFuzzer is installed.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 SECONDS_EACH=${1:-600}
@@ -15,19 +16,24 @@ TARGETS=("$@")
 [ "${#TARGETS[@]}" -eq 0 ] && TARGETS=(fuzz_shard fuzz_config fuzz_corpus fuzz_safetensors)
 BUILD_DIR=${BUILD_DIR:-build-fuzz}
 JOBS=${JOBS:-2}
-CXX=${FUZZ_CXX:-clang++-14}
-
-if ! command -v "$CXX" >/dev/null ||
-   [ ! -f "$("$CXX" -print-resource-dir)/lib/linux/libclang_rt.fuzzer-x86_64.a" ]; then
-  echo "fuzz: $CXX or libFuzzer missing (apt-get install clang-14 libfuzzer-14-dev); skipped"
+has_libfuzzer() {
+  command -v "$1" >/dev/null && [ -f "$("$1" -print-resource-dir)/lib/linux/libclang_rt.fuzzer-x86_64.a" ]
+}
+CXX=${FUZZ_CXX:-}
+if [ -z "$CXX" ]; then
+  for c in clang++ clang++-{21..14}; do has_libfuzzer "$c" && { CXX=$c; break; }; done
+fi
+if [ -z "$CXX" ] || ! has_libfuzzer "$CXX"; then
+  echo "fuzz: no clang++ with libFuzzer found (apt-get install clang libclang-rt-dev, or clang-14 libclang-rt-14-dev); skipped"
   exit 77
 fi
+source scripts/env.sh
 
 export CCACHE_BASEDIR=${CCACHE_BASEDIR:-$PWD}
 # -O1 -g with assertions on (no NDEBUG): nlohmann's and our asserts are checks too.
 if [ ! -f "$BUILD_DIR/build.ninja" ]; then
   mkdir -p "$BUILD_DIR"
-  cmake -S . -B "$BUILD_DIR" -G Ninja -DCMAKE_CXX_COMPILER="$CXX" -DLM_FUZZ=ON \
+  cmake -S . -B "$BUILD_DIR" -G Ninja -DCMAKE_CXX_COMPILER="$CXX" -DLM_FUZZ=ON -DLM_PYTHON="$LM_PYTHON" \
     -DLM_BUILD_TESTS=OFF -DLM_BUILD_BENCH=OFF -DCMAKE_BUILD_TYPE=RelWithDebInfo \
     -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O1 -g" > "$BUILD_DIR.cmake.log" 2>&1 ||
     { cat "$BUILD_DIR.cmake.log"; exit 1; }
