@@ -9,7 +9,7 @@
 #      rebuilds are fast;
 #   3. checks: ldd inside the image, `lmtrain --version` in the CUDA image (must say CUDA compiled in),
 #      the CPU image's demo (`lmtrain demo --steps N`) and its summary;
-#   4. out/images/lmforge-{cpu,cuda}.tar (docker-archive), sizes and timings.
+#   4. out/images/lmforge-{cpu,cuda}.tar.gz (docker-archive), sizes and timings.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -26,7 +26,8 @@ options:
   --no-archive       skip writing the docker-archive files
   --demo-steps N     training steps of the demo (default 60, about 2 minutes on 2 cores;
                      0 = the demo's own default, the full chain in about 7-10 minutes)
-  --gzip             compress the archives (docker load reads .tar.gz)
+  --no-gzip          write plain .tar archives (default: .tar.gz, gzip -1, streamed; docker load
+                     reads both)
   -h, --help         this text
 
 environment:
@@ -38,13 +39,13 @@ environment:
   NICE=19                       niceness of builds and runs (the machine may be shared)
 
 examples:
-  bash scripts/image.sh                          # everything, ~7 GB per archive
+  bash scripts/image.sh                          # everything
   bash scripts/image.sh --no-archive cuda        # rebuild and check the CUDA image only
   bash scripts/image.sh --demo-steps 0 cpu       # the CPU image with the full demo
   bash scripts/image.sh --base-only              # only the offline debian:12 base
 
 then, on a machine with Docker:
-  docker load -i out/images/lmforge-cuda.tar     # -> lmforge:cuda
+  docker load -i out/images/lmforge-cuda.tar.gz  # -> lmforge:cuda
   docker run --gpus all --ipc=host --rm lmforge:cuda lmtrain --version
 EOF
 }
@@ -53,7 +54,7 @@ VARIANTS=()
 DEMO=1
 ARCHIVE=1
 BASE_ONLY=0
-GZIP=0
+GZIP=1
 DEMO_STEPS=60
 while [ $# -gt 0 ]; do
   case "$1" in
@@ -61,7 +62,7 @@ while [ $# -gt 0 ]; do
     --base-only) BASE_ONLY=1 ;;
     --no-demo) DEMO=0 ;;
     --no-archive) ARCHIVE=0 ;;
-    --gzip) GZIP=1 ;;
+    --no-gzip) GZIP=0 ;;
     --demo-steps) DEMO_STEPS=$2; shift ;;
     cpu|cuda) VARIANTS+=("$1") ;;
     *) echo "image.sh: unknown argument '$1' (see --help)" >&2; exit 2 ;;
@@ -271,10 +272,14 @@ write_archive() {
   local v=$1 t0 path=$OUT/lmforge-$v.tar
   t0=$(now)
   rm -f "$path" "$path.gz"
-  "${N[@]}" "${B[@]}" push --quiet "localhost/lmforge:$v" "docker-archive:$path:lmforge:$v"
   if [ "$GZIP" = 1 ]; then
-    "${N[@]}" gzip -1 "$path"
+    # streamed: the uncompressed archive (~the image size) never lands on disk
     path=$path.gz
+    "${N[@]}" "${B[@]}" push --quiet "localhost/lmforge:$v" "docker-archive:/dev/stdout:lmforge:$v" |
+      "${N[@]}" gzip -1 > "$path.tmp"
+    mv "$path.tmp" "$path"
+  else
+    "${N[@]}" "${B[@]}" push --quiet "localhost/lmforge:$v" "docker-archive:$path:lmforge:$v"
   fi
   ARCHIVE_S[$v]=$(( $(now) - t0 ))
   ARCHIVE_SIZE[$v]=$(stat -c %s "$path")
