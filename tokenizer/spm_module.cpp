@@ -28,7 +28,9 @@ std::shared_ptr<const Sp> load_model(const std::string& bytes, std::string* erro
 void encode(const Sp& sp, std::string_view text, std::vector<int32_t>* ids) {
   ids->clear();
   std::vector<int> out;
-  sp.Encode(text, &out).IgnoreError();
+  // (pointer, length): SentencePiece <= 0.1.96 (Ubuntu 22.04) takes its own absl::string_view,
+  // which cannot be built from a std::string_view; both kinds can be built from these two.
+  sp.Encode({text.data(), text.size()}, &out).IgnoreError();
   ids->assign(out.begin(), out.end());
 }
 
