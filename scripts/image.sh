@@ -22,10 +22,14 @@ Default: both images, the demo in the CPU image, --version in both, archives in 
 
 options:
   --base-only        only make the base image docker.io/library/debian:12 (debootstrap) if missing
+  --no-build         check, demo and archive the images already built (localhost/lmforge:*)
   --no-demo          skip the CPU image's demo
   --no-archive       skip writing the docker-archive files
   --demo-steps N     training steps of the demo (default 60, about 2 minutes on 2 cores;
-                     0 = the demo's own default, the full chain in about 7-10 minutes)
+                     0 = the demo's own default)
+  --demo-dtype D     fp32 (default) or bf16, or '' for the demo's own default (bf16). On CPUs
+                     without AVX512-BF16 the wheel's bf16 matmul is ~50x slower than fp32 (here:
+                     0.9 vs 41 GFLOP/s, 1024^3, one thread), so a bf16 demo takes hours
   --no-gzip          write plain .tar archives (default: .tar.gz, gzip -1, streamed; docker load
                      reads both)
   -h, --help         this text
@@ -56,6 +60,8 @@ ARCHIVE=1
 BASE_ONLY=0
 GZIP=1
 DEMO_STEPS=60
+DEMO_DTYPE=fp32
+BUILD=1
 while [ $# -gt 0 ]; do
   case "$1" in
     -h|--help) usage; exit 0 ;;
@@ -64,6 +70,8 @@ while [ $# -gt 0 ]; do
     --no-archive) ARCHIVE=0 ;;
     --no-gzip) GZIP=0 ;;
     --demo-steps) DEMO_STEPS=$2; shift ;;
+    --demo-dtype) DEMO_DTYPE=$2; shift ;;
+    --no-build) BUILD=0 ;;
     cpu|cuda) VARIANTS+=("$1") ;;
     *) echo "image.sh: unknown argument '$1' (see --help)" >&2; exit 2 ;;
   esac
@@ -102,17 +110,16 @@ image_bytes() {
     python3 -c 'import json, sys; print(sum(l["size"] for l in json.load(sys.stdin)["layers"]))' 2>/dev/null || echo 0
 }
 
-# A working container of IMAGE, removed on exit.
+# container_of IMAGE: a working container of IMAGE in $CTR, removed on exit (not in a subshell:
+# the list must reach the trap).
 CONTAINERS=()
 cleanup() {
   for c in "${CONTAINERS[@]}"; do "${B[@]}" rm "$c" >/dev/null 2>&1 || true; done
 }
 trap cleanup EXIT
 container_of() {
-  local c
-  c=$("${B[@]}" from --pull=never "$1")
-  CONTAINERS+=("$c")
-  echo "$c"
+  CTR=$("${B[@]}" from --pull=never "$1")
+  CONTAINERS+=("$CTR")
 }
 
 # 1. The base image: debootstrap's minbase of Debian 12, set up like the official image (deb822 sources
@@ -226,7 +233,8 @@ build_image() {
 # 3. Checks inside an image.
 check_image() {
   local v=$1 ctr out
-  ctr=$(container_of "localhost/lmforge:$v")
+  container_of "localhost/lmforge:$v"
+  ctr=$CTR
   out=$("${B[@]}" run --isolation chroot "$ctr" -- sh -c \
         'ldd /usr/local/bin/lmtrain /usr/local/bin/lmeval /usr/local/lib/liblm_spm.so' 2>&1)
   if grep -q "not found" <<< "$out"; then
@@ -255,7 +263,9 @@ run_demo() {
   mkdir -p "$dir"
   args=(lmtrain demo --out /out/demo)
   [ "$DEMO_STEPS" = 0 ] || args+=(--steps "$DEMO_STEPS")
-  ctr=$(container_of localhost/lmforge:cpu)
+  [ -z "$DEMO_DTYPE" ] || args+=(--dtype "$DEMO_DTYPE")
+  container_of localhost/lmforge:cpu
+  ctr=$CTR
   note "lmforge:cpu: ${args[*]} (log $OUT/demo-cpu.log)"
   t0=$(now)
   "${N[@]}" "${B[@]}" run --isolation chroot -v "$dir:/out" "$ctr" -- "${args[@]}" > "$OUT/demo-cpu.log" 2>&1 ||
@@ -289,8 +299,16 @@ write_archive() {
 T0=$(now)
 make_base
 [ "$BASE_ONLY" = 1 ] && exit 0
-pip_mounts
-for v in "${VARIANTS[@]}"; do build_image "$v"; done
+if [ "$BUILD" = 1 ]; then
+  pip_mounts
+  for v in "${VARIANTS[@]}"; do build_image "$v"; done
+else
+  for v in "${VARIANTS[@]}"; do
+    image_exists "localhost/lmforge:$v" || { note "localhost/lmforge:$v not built yet"; exit 1; }
+    BUILD_S[$v]="(not rebuilt)"
+    IMAGE_SIZE[$v]=$(image_bytes "localhost/lmforge:$v")
+  done
+fi
 for v in "${VARIANTS[@]}"; do check_image "$v"; done
 if [ "$DEMO" = 1 ] && [[ " ${VARIANTS[*]} " == *" cpu "* ]]; then run_demo; fi
 if [ "$ARCHIVE" = 1 ]; then for v in "${VARIANTS[@]}"; do write_archive "$v"; done; fi
@@ -298,7 +316,8 @@ if [ "$ARCHIVE" = 1 ]; then for v in "${VARIANTS[@]}"; do write_archive "$v"; do
 echo
 echo "== image.sh summary ($(date -u +%Y-%m-%dT%H:%MZ), $(nproc) cores, total $(( $(now) - T0 )) s)"
 for v in "${VARIANTS[@]}"; do
-  line="lmforge:$v  image $(human "${IMAGE_SIZE[$v]}")  built in ${BUILD_S[$v]} s"
+  line="lmforge:$v  image $(human "${IMAGE_SIZE[$v]}")  built in ${BUILD_S[$v]}"
+  if [[ ${BUILD_S[$v]} =~ ^[0-9]+$ ]]; then line+=" s"; fi
   [ -n "${ARCHIVE_SIZE[$v]:-}" ] && line+="  archive $(human "${ARCHIVE_SIZE[$v]}") in ${ARCHIVE_S[$v]} s"
   echo "  $line"
 done
