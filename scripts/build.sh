@@ -2,7 +2,7 @@
 # Installs what is missing (scripts/setup.sh), then configures and builds lmforge in build/
 # against the pinned torch wheel's LibTorch (CUDA and NCCL compiled in; runs on CPUs too).
 # Extra arguments go to cmake. LM_REQUIRE_CUDA=0 allows a LibTorch without CUDA
-# (e.g. LM_PYTHON=/usr/bin/python3 with Debian 13's python3-torch, or -DCMAKE_PREFIX_PATH=...).
+# (e.g. Debian 13's libtorch-dev 2.6: LM_PYTHON=/usr/bin/python3 with python3-torch, or -DCMAKE_PREFIX_PATH=...).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh

@@ -79,12 +79,19 @@ while [ $# -gt 0 ]; do
 done
 [ ${#VARIANTS[@]} -gt 0 ] || VARIANTS=(cpu cuda)
 
-for tool in buildah debootstrap; do
-  command -v "$tool" >/dev/null || { echo "image.sh: $tool not found (apt-get install $tool)" >&2; exit 1; }
-done
 if [ "$(id -u)" -ne 0 ]; then
   echo "image.sh: run as root (debootstrap, and buildah's chroot isolation with vfs storage)" >&2
   exit 1
+fi
+# Its own tools, from Debian's archive, installed once (idempotent like scripts/setup.sh).
+need=()
+for tool in buildah debootstrap; do command -v "$tool" >/dev/null || need+=("$tool"); done
+if [ ${#need[@]} -gt 0 ]; then
+  echo "image.sh: installing ${need[*]} (Debian packages)"
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends "${need[@]}" >/dev/null ||
+    { DEBIAN_FRONTEND=noninteractive apt-get update -q >/dev/null &&
+      DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends "${need[@]}" >/dev/null; } ||
+    { echo "image.sh: could not install ${need[*]} (apt-get install ${need[*]})" >&2; exit 1; }
 fi
 
 OUT=${IMAGE_OUT:-out/images}

@@ -7,7 +7,7 @@
 Written from Hugging Face's LlamaForCausalLM math (transformers/models/llama/modeling_llama.py:
 LlamaRMSNorm, LlamaRotaryEmbedding + rotate_half, repeat_kv, eager softmax attention, LlamaMLP,
 tied or untied head), not from lmforge's C++; it reads only safetensors files and a config.
-Needs only torch (Debian's python3-torch 1.13 works); callers import it with
+Needs only torch (the pinned venv of scripts/setup.sh); callers import it with
 sys.path.insert(0, <tests folder>).
 """
 import json

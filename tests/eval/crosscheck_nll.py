@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Independent cross-check of `lmeval nll` with Python PyTorch (Debian's python3-torch).
+"""Independent cross-check of `lmeval nll` with Python PyTorch (the pinned torch of scripts/setup.sh).
 
 Reads the run's model.safetensors itself (JSON header + torch.frombuffer), runs the reference
 Llama forward of tests/llama_ref.py in float64 (RMSNorm, rotate_half RoPE, causal attention with

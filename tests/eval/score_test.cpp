@@ -171,7 +171,7 @@ TEST(Windows, SlidingScoresOnlyNewTargetsWithLongContext) {
   TokenIds targets;
   for (size_t i = 0; i < w.size(); ++i) {
     EXPECT_LE(w[i].tokens.size(), 5u);
-    if (i > 0) EXPECT_GE(w[i].first_target, 2);  // >= seq_len - stride tokens of context
+    if (i > 0) { EXPECT_GE(w[i].first_target, 2); }  // >= seq_len - stride tokens of context
     targets.insert(targets.end(), w[i].tokens.begin() + w[i].first_target, w[i].tokens.end());
   }
   EXPECT_EQ(targets, (TokenIds{1, 2, 3, 4, 5, 6, 7, 8, 9}));

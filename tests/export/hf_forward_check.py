@@ -19,7 +19,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 try:
     import torch
 except ImportError:
-    print("SKIP: python3-torch is not installed")
+    print("SKIP: this Python has no torch (scripts/setup.sh installs the pinned one)")
     sys.exit(77)
 
 import llama_ref  # noqa: E402

@@ -73,7 +73,7 @@ TEST(GradSync, BucketsAreReverseParameterOrderUnderTheCap) {
       EXPECT_EQ(i, --expect);  // strictly descending across buckets: the last parameter comes first
       bytes += f.params[i].numel() * 4;
     }
-    if (b.size() > 1) EXPECT_LE(bytes, kSmallBuckets);  // only a lone big parameter may exceed the cap
+    if (b.size() > 1) { EXPECT_LE(bytes, kSmallBuckets); }  // only a lone big parameter may exceed the cap
   }
   EXPECT_EQ(expect, 0u);
   // The tied embedding (registered first) sits in the last bucket: its gradient is final last.
