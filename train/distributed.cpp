@@ -5,7 +5,9 @@
 #include <unistd.h>
 
 #include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
+#include <torch/csrc/distributed/c10d/PrefixStore.hpp>
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
+#include <c10/core/impl/DeviceGuardImplInterface.h>
 // LM_HAVE_NCCL comes from train/CMakeLists.txt when LibTorch has CUDA (its torch_cuda target
 // exports USE_C10D_NCCL) and nccl.h is found; a CPU-only LibTorch builds the Gloo path only.
 #if defined(LM_HAVE_NCCL)
@@ -48,10 +50,30 @@ absl::StatusOr<DistEnv> dist_env_from_environment() {
   bool dummy = false;
   LM_ASSIGN_OR_RETURN(e.master_port, env_int("MASTER_PORT", 29500, &dummy));
   if (const char* a = std::getenv("MASTER_ADDR"); a != nullptr && *a != 0) e.master_addr = a;
+  // torchrun (torch.distributed.run) sets "True" (Python's str(True)) when its agent hosts the store.
+  if (const char* a = std::getenv("TORCHELASTIC_USE_AGENT_STORE"); a != nullptr) e.agent_store = std::string(a) == "True";
   if (e.world < 1) return absl::InvalidArgumentError("WORLD_SIZE must be >= 1");
   if (e.rank >= e.world)
     return absl::InvalidArgumentError(absl::StrFormat("RANK=%d is not below WORLD_SIZE=%d", e.rank, e.world));
   return e;
+}
+
+absl::StatusOr<torch::Device> rank_device(const DistEnv& env, torch::DeviceType type) {
+  if (type != torch::kCUDA) return torch::Device(type);
+  if (!torch::cuda::is_available())
+    return absl::FailedPreconditionError("device cuda: no CUDA device is visible (nvidia-smi; in Docker: --gpus all)");
+  const int n = static_cast<int>(torch::cuda::device_count());
+  if (env.local_rank >= n) {
+    const char* vis = std::getenv("CUDA_VISIBLE_DEVICES");
+    return absl::FailedPreconditionError(absl::StrFormat(
+        "rank %d: LOCAL_RANK=%d but only %d CUDA device(s) are visible (CUDA_VISIBLE_DEVICES=%s); start at most "
+        "%d processes per node (torchrun --nproc-per-node %d)",
+        env.rank, env.local_rank, n, vis != nullptr ? vis : "(unset)", n, n));
+  }
+  const torch::Device dev(torch::kCUDA, static_cast<c10::DeviceIndex>(env.local_rank));
+  // The persistent form of torch.cuda.set_device (a DeviceGuard would restore on scope exit).
+  c10::impl::getDeviceGuardImpl(torch::kCUDA)->setDevice(dev);
+  return dev;
 }
 
 // ProcessGroupGloo/NCCL are c10d::Backend subclasses; we drive one backend directly.
@@ -95,12 +117,16 @@ absl::StatusOr<std::unique_ptr<Comm>> Comm::connect(const DistEnv& env, const to
   try {
     c10d::TCPStoreOptions so;
     so.port = static_cast<uint16_t>(env.master_port);
-    so.isServer = env.rank == 0;
+    // Under torchrun the agent's store already listens on MASTER_PORT: a second server there would
+    // fail to bind, so every rank is a client (what torch.distributed's _create_c10d_store does).
+    so.isServer = env.rank == 0 && !env.agent_store;
     so.numWorkers = env.world;
     so.waitWorkers = true;
     so.timeout = std::chrono::duration_cast<std::chrono::milliseconds>(timeout);
     so.useLibUV = kStoreUsesLibUV;
-    impl->store = c10::make_intrusive<c10d::TCPStore>(env.master_addr, so);
+    auto tcp = c10::make_intrusive<c10d::TCPStore>(env.master_addr, so);
+    // Our keys apart from the agent's own in a shared store.
+    impl->store = c10::make_intrusive<c10d::PrefixStore>("lmforge/", tcp);
     if (device.is_cuda()) {
 #if defined(LM_HAVE_NCCL)
       // Unrun in this project so far (no multi-GPU machine); see docs/distributed.md.

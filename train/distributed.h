@@ -20,12 +20,21 @@ struct DistEnv {
   int local_rank = 0;
   std::string master_addr = "127.0.0.1";
   int master_port = 29500;
+  // torchrun's agent already hosts the store at MASTER_ADDR:MASTER_PORT
+  // (TORCHELASTIC_USE_AGENT_STORE=True): every rank, rank 0 included, connects as a client.
+  bool agent_store = false;
   bool active() const { return world > 1; }
 };
 
 // Reads the launcher's variables (torchrun, or Slurm's SLURM_PROCID/SLURM_NTASKS/SLURM_LOCALID);
 // errors name the variable.
 absl::StatusOr<DistEnv> dist_env_from_environment();
+
+// This rank's device for `type`: the CPU, or CUDA device LOCAL_RANK (torchrun, Slurm, --nproc), made
+// the current CUDA device before any other CUDA call so that the NCCL communicator, the caching
+// allocator and every kernel of this rank use its own GPU. Errors when LOCAL_RANK is not below the
+// number of visible GPUs, naming both and CUDA_VISIBLE_DEVICES.
+absl::StatusOr<torch::Device> rank_device(const DistEnv& env, torch::DeviceType type);
 
 // Whether this build has ProcessGroupNCCL compiled in (LibTorch with CUDA, nccl.h found at build time).
 bool nccl_available();

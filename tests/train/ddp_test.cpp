@@ -9,6 +9,8 @@
 #include <filesystem>
 #include <fstream>
 
+#include <torch/csrc/distributed/c10d/TCPStore.hpp>
+
 #include "model/safetensors.h"
 #include "core/config.h"
 #include "train/checkpoint.h"
@@ -49,14 +51,15 @@ int free_port() {
 // Runs `world` ranks of the worker concurrently; returns the first nonzero exit code. `env` adds
 // worker knobs ("LM_DDP_OVERLAP=0 LM_DDP_ACCUM=2 ...", see ddp_worker.cpp).
 int run(int world, const fs::path& dir, int steps, int stop_at, bool resume, const fs::path& losses,
-        const std::string& env = "") {
-  const int port = free_port();
+        const std::string& env = "", int port = 0, const std::string& log = "") {
+  if (port == 0) port = free_port();
+  const std::string redirect = log.empty() ? "" : " >> " + log + " 2>&1";
   std::string cmd;
   for (int r = 0; r < world; ++r) {
     cmd += env + " RANK=" + std::to_string(r) + " LOCAL_RANK=" + std::to_string(r) + " WORLD_SIZE=" +
            std::to_string(world) + " MASTER_ADDR=127.0.0.1 MASTER_PORT=" + std::to_string(port) + " " +
            kWorker + " " + dir.string() + " " + std::to_string(steps) + " 8 " + std::to_string(stop_at) +
-           " " + (resume ? "1" : "0") + " " + losses.string() + " & ";
+           " " + (resume ? "1" : "0") + " " + losses.string() + redirect + " & ";
   }
   cmd = "bash -c '" + cmd + " rc=0; for j in $(jobs -p); do wait $j || rc=$?; done; exit $rc'";
   int status = std::system(cmd.c_str());
@@ -172,6 +175,64 @@ TEST(DataParallel, OverlappedEqualsPostBackward) {
   auto [post_synced, post_in_backward] = read_stats(post.string() + ".stats");
   EXPECT_GT(post_synced, 0);
   EXPECT_EQ(post_in_backward, 0);
+}
+
+// torchrun's contract, deterministically: a store server already listens on MASTER_PORT (here this
+// test's own, standing in for the agent's) and TORCHELASTIC_USE_AGENT_STORE=True. Every rank must
+// join it as a client; a rank 0 that tried to serve a second store on that port fails to bind.
+TEST(DataParallel, AgentStoreRanksJoinTheExistingStore) {
+  const int port = free_port();
+  c10d::TCPStoreOptions so;
+  so.port = static_cast<uint16_t>(port);
+  so.isServer = true;
+  so.waitWorkers = false;
+  so.useLibUV = false;
+  auto agent = c10::make_intrusive<c10d::TCPStore>("127.0.0.1", so);
+  auto one = tmp("agent_one"), two = tmp("agent_two");
+  ASSERT_EQ(run(1, one, 3, -1, false, one.string() + ".losses"), 0);
+  const std::string log = two.string() + ".log";
+  ASSERT_EQ(run(2, two, 3, -1, false, two.string() + ".losses", "TORCHELASTIC_USE_AGENT_STORE=True", port, log), 0);
+  // LibTorch >= 2.x's TCPStore itself falls back to a client when a server cannot bind under this
+  // variable, after logging the failed bind; lmforge must not get there (the run would hinge on
+  // which address "localhost" resolves to first when the agent listens on IPv6 only).
+  std::ifstream in(log);
+  const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  EXPECT_EQ(text.find("failed to bind"), std::string::npos) << "rank 0 tried to serve a second store:\n" << text;
+  auto l1 = read_losses(one.string() + ".losses"), l2 = read_losses(two.string() + ".losses");
+  ASSERT_EQ(l1.size(), 3u);
+  ASSERT_EQ(l2.size(), 3u);
+  for (size_t i = 0; i < l1.size(); ++i) EXPECT_NEAR(l1[i], l2[i], 1e-5) << "step " << i + 1;
+  // The ranks' keys went into this store, under lmforge's prefix.
+  EXPECT_GE(agent->getNumKeys(), 1);
+}
+
+// The real launcher: torchrun (it ships with the torch wheel) starts 2 ranks with its agent hosting
+// the store at MASTER_PORT (TORCHELASTIC_USE_AGENT_STORE=True). Before the agent-store fix rank 0
+// tried to serve a second store on that port and the run failed ("address already in use"); now
+// every rank connects as a client and the run equals one rank at the same global batch.
+TEST(DataParallel, TorchrunWithAgentStoreEqualsOneRank) {
+  const char* py = std::getenv("LM_TEST_PYTHON");
+  const fs::path torchrun = py != nullptr ? fs::path(py).parent_path() / "torchrun" : fs::path();
+  if (torchrun.empty() || !fs::exists(torchrun)) GTEST_SKIP() << "no torchrun beside LM_TEST_PYTHON (scripts/setup.sh)";
+  auto one = tmp("tr_one"), two = tmp("tr_two");
+  ASSERT_EQ(run(1, one, 4, -1, false, one.string() + ".losses"), 0);
+  // --standalone: a local c10d rendezvous on a free port; the agent's store port goes to the ranks
+  // as MASTER_PORT. --redirects/--tee off: the ranks' output goes to this test's log.
+  const std::string cmd = torchrun.string() + " --standalone --nnodes 1 --nproc-per-node 2 --no-python " +
+                          kWorker + " " + two.string() + " 4 8 -1 0 " + two.string() + ".losses > " +
+                          two.string() + ".log 2>&1";
+  const int status = std::system(cmd.c_str());
+  std::ifstream log(two.string() + ".log");
+  const std::string text((std::istreambuf_iterator<char>(log)), std::istreambuf_iterator<char>());
+  ASSERT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << cmd << "\n" << text;
+  auto l1 = read_losses(one.string() + ".losses"), l2 = read_losses(two.string() + ".losses");
+  ASSERT_EQ(l1.size(), 4u);
+  ASSERT_EQ(l2.size(), 4u);
+  // Same tolerance and reason as TwoRanksEqualOneRankSameGlobalBatch.
+  for (size_t i = 0; i < l1.size(); ++i) EXPECT_NEAR(l1[i], l2[i], 1e-5) << "step " << i + 1;
+  auto g1 = grad_norms(one), g2 = grad_norms(two);
+  ASSERT_EQ(g1.size(), g2.size());
+  for (size_t i = 0; i < g1.size(); ++i) EXPECT_NEAR(g2[i] / g1[i], 1.0, 1e-5) << "step " << i + 1;
 }
 
 }  // namespace

@@ -33,7 +33,9 @@ int main(int argc, char** argv) {
   std::unique_ptr<lm::train::Comm> comm;
   const std::string device = env_or("LM_DDP_DEVICE", "cpu");
   if (env->active() || std::atoi(env_or("LM_DDP_FORCE_COMM", "0")) != 0) {
-    auto c = lm::train::Comm::connect(*env, device == "cuda" ? torch::kCUDA : torch::kCPU, std::chrono::seconds(60));
+    auto dev = lm::train::rank_device(*env, device == "cuda" ? torch::kCUDA : torch::kCPU);
+    if (!dev.ok()) return lm::report_error(dev.status());
+    auto c = lm::train::Comm::connect(*env, *dev, std::chrono::seconds(60));
     if (!c.ok()) return lm::report_error(c.status());
     comm = std::move(*c);
   }
