@@ -5,12 +5,12 @@
 #include <cmath>
 #include <filesystem>
 #include <fstream>
-#include <sstream>
 
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
 #include "core/file.h"
 #include "core/log.h"
+#include "core/run_folder.h"
 #include "core/runtime.h"
 #include "model/transformer.h"
 #include "model/verify.h"
@@ -67,20 +67,14 @@ absl::Status check_resume_compatible(const Json& saved, const FitRequest& req, c
   return absl::OkStatus();
 }
 
-// Keeps metrics.jsonl lines up to `step` so a resumed run's log equals an uninterrupted one.
+// Keeps metrics.jsonl lines up to `step` so a resumed run's log equals an uninterrupted one (a
+// parsed line dumps back to the same text: both are nlohmann's shortest round-trip form).
 absl::Status truncate_metrics(const std::string& path, int64_t step) {
   if (!fs::exists(path)) return absl::OkStatus();
-  LM_ASSIGN_OR_RETURN(std::string text, read_file(path));
-  std::istringstream in(text);
-  std::string line, kept;
-  while (std::getline(in, line)) {
-    if (line.empty()) continue;
-    try {
-      if (Json::parse(line).value("step", int64_t{0}) <= step) kept += line + "\n";
-    } catch (...) {
-      break;  // a torn last line from a kill
-    }
-  }
+  LM_ASSIGN_OR_RETURN(std::vector<Json> rows, read_metrics(path));
+  std::string kept;
+  for (const Json& row : rows)
+    if (row.value("step", int64_t{0}) <= step) kept += row.dump() + "\n";
   return write_file_atomic(path, kept);
 }
 
@@ -94,28 +88,6 @@ double median(std::vector<double> v) {
   if (v.empty()) return 0;
   std::nth_element(v.begin(), v.begin() + v.size() / 2, v.end());
   return v[v.size() / 2];
-}
-
-// Run folder policy: never overwrite a run by accident.
-absl::Status prepare_run_folder(const FitRequest& req) {
-  const fs::path run(req.run_dir);
-  const bool exists = fs::exists(run / "config.json");
-  if (exists && !req.resume && !req.force) {
-    return absl::AlreadyExistsError(absl::StrCat(
-        req.run_dir, ": a run already exists here (continue it with --resume, or pass --force to start over)"));
-  }
-  if (req.resume && !exists) {
-    return absl::NotFoundError(req.run_dir + ": no run to resume (no config.json); start it without --resume");
-  }
-  std::error_code ec;
-  if (req.force && !req.resume) {
-    fs::remove_all(run / "checkpoints", ec);
-    fs::remove(run / "latest", ec);
-    fs::remove(run / "metrics.jsonl", ec);
-  }
-  fs::create_directories(run, ec);
-  if (ec) return absl::InternalError(absl::StrCat(req.run_dir, ": cannot create: ", ec.message()));
-  return absl::OkStatus();
 }
 
 }  // namespace
@@ -159,7 +131,7 @@ Trainer::Trainer(const FitRequest& req, BatchSource& source, const ValSets& val)
       source_(source),
       val_(val),
       main_rank_(req.rank == 0),
-      metrics_path_((fs::path(req.run_dir) / "metrics.jsonl").string()),
+      metrics_path_(RunFolder(req.run_dir).metrics()),
       device_(req.train.device == "cuda" ? torch::kCUDA : torch::kCPU),
       bf16_(req.train.dtype == "bf16"),
       faults_(req.train) {}
@@ -169,7 +141,7 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::create(const FitRequest& req_i
   FitRequest req = req_in;
   LM_RETURN_IF_ERROR(model::validate(req.model));
   LM_RETURN_IF_ERROR(resolve(req.train, req.model, req.world_size));
-  LM_RETURN_IF_ERROR(prepare_run_folder(req));
+  LM_RETURN_IF_ERROR(RunFolder(req.run_dir).open(req.resume, req.force));
   std::unique_ptr<Trainer> t(new Trainer(req, source, val));
   LM_RETURN_IF_ERROR(t->build_model());
   LM_RETURN_IF_ERROR(t->restore_or_start());
@@ -205,7 +177,7 @@ absl::Status Trainer::build_model() {
 absl::Status Trainer::restore_or_start() {
   if (!req_.resume) {
     if (main_rank_)
-      LM_RETURN_IF_ERROR(write_json_file((fs::path(req_.run_dir) / "config.json").string(), run_config_json(req_)));
+      LM_RETURN_IF_ERROR(write_json_file(RunFolder(req_.run_dir).config(), run_config_json(req_)));
     return absl::OkStatus();
   }
   LM_ASSIGN_OR_RETURN(std::string ckpt, find_checkpoint(req_.run_dir, -1));
@@ -484,7 +456,7 @@ absl::Status Trainer::checkpoint() {
   if (!main_rank_) return absl::OkStatus();
   metrics_.flush();
   LM_RETURN_IF_ERROR(save_checkpoint(req_.run_dir, step_, model_, *optim_, trainer_state(), tc_.keep_last));
-  sum_.checkpoint = (fs::path(req_.run_dir) / "checkpoints" / checkpoint_name(step_)).string();
+  sum_.checkpoint = RunFolder(req_.run_dir).checkpoint(step_);
   return absl::OkStatus();
 }
 
