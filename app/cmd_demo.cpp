@@ -16,6 +16,7 @@
 #include "core/config.h"
 #include "core/file.h"
 #include "core/log.h"
+#include "core/run_folder.h"
 
 extern char** environ;
 
@@ -128,21 +129,16 @@ absl::Status run_demo(const DemoOptions& o) {
   const Json fert = read_or_empty(out / "tok" / "fertility.json");
   if (fert.is_object() && fert.contains("languages")) s += "Tokenizer (held-out text): `" + (out / "tok").string() + "`\n\n" +
       "```\n" + fert["languages"].dump(1) + "\n```\n\n";
-  std::string metrics_last;
-  if (auto m = read_file((fs::path(run) / "metrics.jsonl").string()); m.ok()) {
-    auto pos = m->find_last_of('\n', m->size() >= 2 ? m->size() - 2 : 0);
-    metrics_last = m->substr(pos == std::string::npos ? 0 : pos + 1);
+  const RunFolder run_folder(run);
+  if (auto m = read_metrics(run_folder.metrics()); m.ok() && !m->empty()) {
+    const Json& last = m->back();
+    s += absl::StrFormat("Training: %d steps, %s tokens, final train loss %.4f nats/token, %.0f tok/s, MFU %.1f%%\n\n",
+                         last.value("step", 0), format_count(last.value("tokens", 0.0)), last.value("loss", 0.0),
+                         last.value("tokens_per_s", 0.0), 100 * last.value("mfu", 0.0));
   }
-  if (!metrics_last.empty()) {
-    Json last = Json::parse(metrics_last, nullptr, false);
-    if (!last.is_discarded()) {
-      s += absl::StrFormat("Training: %d steps, %s tokens, final train loss %.4f nats/token, %.0f tok/s, MFU %.1f%%\n\n",
-                           last.value("step", 0), format_count(last.value("tokens", 0.0)), last.value("loss", 0.0),
-                           last.value("tokens_per_s", 0.0), 100 * last.value("mfu", 0.0));
-    }
-  }
-  const Json nll = read_or_empty(fs::path(run) / "eval" / "nll.json");
-  if (nll.is_object() && !nll.empty()) s += "Evaluation (`" + (fs::path(run) / "eval" / "nll.json").string() + "`):\n\n```\n" + nll.dump(1) + "\n```\n";
+  const fs::path nll_path = fs::path(run_folder.eval()) / "nll.json";
+  const Json nll = read_or_empty(nll_path);
+  if (nll.is_object() && !nll.empty()) s += "Evaluation (`" + nll_path.string() + "`):\n\n```\n" + nll.dump(1) + "\n```\n";
   LM_RETURN_IF_ERROR(write_file_atomic((out / "summary.md").string(), s));
   std::printf("\n== demo finished in %.1f minutes\n  tokenizer: %s\n  shards:    %s\n  run:       %s\n  summary:   %s\n",
               minutes, tok.c_str(), shards.c_str(), run.c_str(), (out / "summary.md").string().c_str());

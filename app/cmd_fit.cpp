@@ -5,6 +5,7 @@
 #include "app/commands.h"
 #include "core/config.h"
 #include "core/log.h"
+#include "core/run_folder.h"
 #include "core/runtime.h"
 #include "data/sampler.h"
 #include "tokenizer/tokenizer.h"
@@ -42,7 +43,7 @@ struct RunFile {
 };
 
 absl::Status copy_tokenizer(const std::string& from, const std::string& run_dir) {
-  const fs::path dst = fs::path(run_dir) / "tokenizer";
+  const fs::path dst = RunFolder(run_dir).tokenizer();
   std::error_code ec;
   fs::create_directories(dst, ec);
   for (const char* f : {"spm.model", "tokenizer.json"}) {
@@ -86,17 +87,13 @@ absl::Status run_fit(const FitOptions& o) {
   }
 
   // The run folder first: a wrong --resume/--force is the cheapest mistake to name.
-  if (!o.resume && fs::exists(fs::path(o.out) / "config.json") && !o.force) {
-    return absl::AlreadyExistsError(o.out + ": a run already exists here (continue it with --resume, or pass --force to start over)");
-  }
-  if (o.resume && !fs::exists(fs::path(o.out) / "config.json")) {
-    return absl::NotFoundError(o.out + ": no run to resume (no config.json); start it without --resume");
-  }
+  const RunFolder run(o.out);
+  LM_RETURN_IF_ERROR(run.check_policy(o.resume, o.force));
   LM_ASSIGN_OR_RETURN(data::ShardSet set, data::ShardSet::open(o.data));
   // The tokenizer the shards were made with: --tokenizer, else the one recorded by prepare,
   // else the copy inside the run folder (resume).
   std::string tok_dir = o.tokenizer;
-  if (tok_dir.empty() && o.resume) tok_dir = (fs::path(o.out) / "tokenizer").string();
+  if (tok_dir.empty() && o.resume) tok_dir = run.tokenizer();
   if (tok_dir.empty()) tok_dir = set.manifest().tokenizer_dir;
   LM_ASSIGN_OR_RETURN(tokenizer::Tokenizer tok, tokenizer::Tokenizer::load(tok_dir));
   LM_RETURN_IF_ERROR(set.check_tokenizer(tok.hash(), tok.vocab_size()));

@@ -21,6 +21,7 @@
 
 #include "core/config.h"
 #include "core/log.h"
+#include "core/run_folder.h"
 #include "core/runtime.h"
 #include "model/config.h"
 #include "model/transformer.h"
@@ -53,14 +54,10 @@ double peak_rss_mb() {
 // Steady-state rate from metrics.jsonl: first log point (warm-up excluded) to the last one,
 // the same definition the peer uses. The final checkpoint write is after the last log point.
 double steady_rate(const std::string& metrics_path) {
-  std::ifstream in(metrics_path);
-  std::string line;
   std::vector<std::pair<double, double>> marks;  // tokens, elapsed_s
-  while (std::getline(in, line)) {
-    if (line.empty()) continue;
-    auto j = lm::Json::parse(line);
-    marks.emplace_back(j["tokens"].get<double>(), j["elapsed_s"].get<double>());
-  }
+  auto rows = lm::read_metrics(metrics_path);
+  if (rows.ok())
+    for (const auto& j : *rows) marks.emplace_back(j["tokens"].get<double>(), j["elapsed_s"].get<double>());
   if (marks.size() < 2) return marks.empty() ? 0 : marks.back().first / marks.back().second;
   return (marks.back().first - marks.front().first) / (marks.back().second - marks.front().second);
 }
@@ -186,7 +183,7 @@ int main(int argc, char** argv) {
     t.verify_at_start = false; t.warmup_steps = 2; t.threads = nthreads;
     RandomSource src(batch * (seq + 1), static_cast<int32_t>(mc.vocab_size));
     auto sum = lm::train::fit(req, src, {});
-    rate = steady_rate(req.run_dir + "/metrics.jsonl");
+    rate = steady_rate(lm::RunFolder(req.run_dir).metrics());
     std::filesystem::remove_all(req.run_dir);
     if (!sum.ok()) { std::fprintf(stderr, "error: %s\n", std::string(sum.status().message()).c_str()); return 1; }
     final_loss = sum->final_loss;

@@ -8,6 +8,7 @@
 #include "absl/strings/str_join.h"
 #include "core/file.h"
 #include "core/log.h"
+#include "core/run_folder.h"
 #include "data/shard_set.h"
 #include "eval/model_scorer.h"
 #include "eval/nll.h"
@@ -60,10 +61,11 @@ Scorer scorer_for(model::Transformer model, ScorerOptions so, const std::string&
 absl::Status write_result(const RunOptions& o, const std::string& job, const Json& j) {
   std::string path = o.out;
   if (path.empty()) {
+    const RunFolder run(o.run);
     std::error_code ec;
-    fs::create_directories(o.run + "/eval", ec);
-    if (ec) return absl::InternalError(absl::StrCat(o.run, "/eval: cannot create: ", ec.message()));
-    path = o.run + "/eval/" + job + ".json";
+    fs::create_directories(run.eval(), ec);
+    if (ec) return absl::InternalError(absl::StrCat(run.eval(), ": cannot create: ", ec.message()));
+    path = (fs::path(run.eval()) / (job + ".json")).string();
   }
   LM_RETURN_IF_ERROR(write_json_file(path, j));
   log_info("wrote %s", path);

@@ -3,21 +3,19 @@
 #include <filesystem>
 
 #include "absl/strings/str_cat.h"
-#include "absl/strings/str_format.h"
-#include "absl/strings/strip.h"
 #include "core/config.h"
 #include "core/file.h"
+#include "core/run_folder.h"
 #include "model/safetensors.h"
 
 namespace lm::eval {
 namespace fs = std::filesystem;
 
-std::string step_folder(int64_t step) { return absl::StrFormat("step-%08d", step); }
-
 absl::StatusOr<LoadedRun> load_run(const std::string& run_dir, int64_t step) {
   LoadedRun run;
   run.dir = run_dir;
-  const std::string cfg_path = run_dir + "/config.json";
+  const RunFolder folder(run_dir);
+  const std::string cfg_path = folder.config();
   if (!fs::exists(cfg_path))
     return absl::NotFoundError(absl::StrCat(cfg_path, ": not found (is ", run_dir,
                                             " a run folder written by 'lmtrain fit'?)"));
@@ -36,22 +34,19 @@ absl::StatusOr<LoadedRun> load_run(const std::string& run_dir, int64_t step) {
     return absl::InvalidArgumentError(absl::StrCat(cfg_path, ": train.seed missing (the twin needs the run's init seed)"));
   }
 
-  std::string name;
-  if (step >= 0) {
-    name = step_folder(step);
-  } else {
-    const std::string latest = run_dir + "/latest";
-    auto text = read_file(latest);
-    if (!text.ok())
-      return absl::NotFoundError(absl::StrCat(latest, ": not found; the run has no checkpoint yet (or pass --step)"));
-    name = std::string(absl::StripAsciiWhitespace(*text));
+  std::string name = RunFolder::step_name(step);
+  if (step < 0) {
+    auto latest = folder.latest_name();
+    if (!latest.ok())
+      return absl::NotFoundError(absl::StrCat(folder.latest(), ": not found; the run has no checkpoint yet (or pass --step)"));
+    name = *latest;
   }
-  run.checkpoint = run_dir + "/checkpoints/" + name;
+  run.checkpoint = folder.checkpoint(name);
   const std::string weights = run.checkpoint + "/model.safetensors";
   if (!fs::exists(weights)) return absl::NotFoundError(absl::StrCat("not found, expected ", weights));
-  absl::string_view digits = name;
-  if (!absl::ConsumePrefix(&digits, "step-") || !absl::SimpleAtoi(digits, &run.step))
-    return absl::InvalidArgumentError(absl::StrCat(run.checkpoint, ": folder name is not step-<N>"));
+  auto parsed = RunFolder::parse_step_name(name);
+  if (!parsed.ok()) return absl::InvalidArgumentError(absl::StrCat(run.checkpoint, ": folder name is not step-<N>"));
+  run.step = *parsed;
 
   run.model = model::Transformer(run.config);
   LM_ASSIGN_OR_RETURN(auto file, model::load_safetensors(weights));
@@ -59,7 +54,7 @@ absl::StatusOr<LoadedRun> load_run(const std::string& run_dir, int64_t step) {
   LM_RETURN_IF_ERROR(model::load_module_state(*run.model, file, weights, /*allow_dtype_cast=*/true));
   run.model->eval();
 
-  LM_ASSIGN_OR_RETURN(run.tokenizer, tokenizer::Tokenizer::load(run_dir + "/tokenizer"));
+  LM_ASSIGN_OR_RETURN(run.tokenizer, tokenizer::Tokenizer::load(folder.tokenizer()));
   if (run.tokenizer.vocab_size() > run.config.vocab_size)
     return absl::FailedPreconditionError(absl::StrCat(
         run_dir, "/tokenizer: vocabulary ", run.tokenizer.vocab_size(), " is larger than the model's vocab_size ",

@@ -1,4 +1,4 @@
-// A training run folder as `lmtrain fit` writes it (docs/eval.md):
+// A training run folder as `lmtrain fit` writes it (layout: core/run_folder.h, docs/eval.md):
 //   runs/NAME/config.json   {"model": ModelConfig, "train": {..., "seed": N}, ...}
 //   runs/NAME/tokenizer/    spm.model + tokenizer.json
 //   runs/NAME/checkpoints/step-00000100/model.safetensors (HF Llama names)
@@ -30,8 +30,5 @@ struct LoadedRun {
 
 // step < 0: the checkpoint `latest` names. Errors name the file and what to do.
 absl::StatusOr<LoadedRun> load_run(const std::string& run_dir, int64_t step = -1);
-
-// The checkpoint folder name of a step: "step-00000100".
-std::string step_folder(int64_t step);
 
 }  // namespace lm::eval

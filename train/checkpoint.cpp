@@ -7,12 +7,11 @@
 
 #include "absl/strings/str_format.h"
 #include "core/file.h"
+#include "core/run_folder.h"
 #include "model/safetensors.h"
 
 namespace lm::train {
 namespace fs = std::filesystem;
-
-std::string checkpoint_name(int64_t step) { return absl::StrFormat("step-%08d", step); }
 
 namespace {
 
@@ -38,8 +37,9 @@ absl::Status write_checkpoint_folder(const fs::path& tmp, const fs::path& final_
 
 absl::Status save_checkpoint(const std::string& run_dir, int64_t step, model::Transformer& model,
                              const AdamW& optim, const Json& trainer_state, int64_t keep_last) {
-  const fs::path root = fs::path(run_dir) / "checkpoints";
-  const std::string name = checkpoint_name(step);
+  const RunFolder run(run_dir);
+  const fs::path root = run.checkpoints();
+  const std::string name = RunFolder::step_name(step);
   const fs::path tmp = root / (name + ".tmp");
   const fs::path final_dir = root / name;
   std::error_code ec;
@@ -60,7 +60,7 @@ absl::Status save_checkpoint(const std::string& run_dir, int64_t step, model::Tr
       return absl::Status(st.code(), absl::StrCat("checkpoint ", name, " not written: ", st.message(),
                                                   "; last good checkpoint: ", kept));
     }
-    LM_RETURN_IF_ERROR(write_file_atomic((fs::path(run_dir) / "latest").string(), name + "\n"));
+    LM_RETURN_IF_ERROR(write_file_atomic(run.latest(), name + "\n"));
   }
   // keep-last-K: delete the oldest complete checkpoints beyond K (never the new one).
   std::vector<std::string> names;
@@ -76,12 +76,9 @@ absl::Status save_checkpoint(const std::string& run_dir, int64_t step, model::Tr
 }
 
 absl::StatusOr<std::string> latest_checkpoint(const std::string& run_dir) {
-  const std::string path = (fs::path(run_dir) / "latest").string();
-  if (!fs::exists(path))
-    return absl::NotFoundError(path + ": no checkpoint yet (the run never saved one; start without --resume)");
-  LM_ASSIGN_OR_RETURN(std::string name, read_file(path));
-  while (!name.empty() && (name.back() == '\n' || name.back() == ' ')) name.pop_back();
-  return (fs::path(run_dir) / "checkpoints" / name).string();
+  const RunFolder run(run_dir);
+  LM_ASSIGN_OR_RETURN(std::string name, run.latest_name());
+  return run.checkpoint(name);
 }
 
 absl::StatusOr<std::string> find_checkpoint(const std::string& run_dir, int64_t step) {
@@ -89,7 +86,7 @@ absl::StatusOr<std::string> find_checkpoint(const std::string& run_dir, int64_t 
   if (step < 0) {
     LM_ASSIGN_OR_RETURN(dir, latest_checkpoint(run_dir));
   } else {
-    dir = (fs::path(run_dir) / "checkpoints" / checkpoint_name(step)).string();
+    dir = RunFolder(run_dir).checkpoint(step);
   }
   for (const char* f : {"model.safetensors", "optimizer.safetensors", "trainer.json"}) {
     if (!fs::exists(fs::path(dir) / f))

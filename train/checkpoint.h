@@ -1,5 +1,6 @@
-// Checkpoints (DESIGN.md): runs/NAME/checkpoints/step-N/{model,optimizer}.safetensors +
-// trainer.json, written into step-N.tmp, fsynced, renamed; `latest` moved last; keep-last-K.
+// Checkpoints: runs/NAME/checkpoints/step-N/{model,optimizer}.safetensors + trainer.json (the
+// layout: core/run_folder.h), written into step-N.tmp, fsynced, renamed; `latest` moved last;
+// keep-last-K.
 #pragma once
 
 #include <string>
@@ -9,8 +10,6 @@
 #include "train/optim.h"
 
 namespace lm::train {
-
-std::string checkpoint_name(int64_t step);  // "step-00000100"
 
 // Writes a checkpoint; a kill at any moment leaves the previous `latest` intact and loadable.
 absl::Status save_checkpoint(const std::string& run_dir, int64_t step, model::Transformer& model,

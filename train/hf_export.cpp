@@ -7,6 +7,7 @@
 #include "absl/strings/str_format.h"
 #include "core/file.h"
 #include "core/log.h"
+#include "core/run_folder.h"
 #include "model/safetensors.h"
 #include "train/checkpoint.h"
 
@@ -44,7 +45,7 @@ std::string num_at(const Json& j, std::initializer_list<const char*> path, const
 std::string eval_tables(const std::string& run_dir) {
   std::string out;
   auto load = [&](const char* name) -> absl::StatusOr<Json> {
-    const fs::path p = fs::path(run_dir) / "eval" / name;
+    const fs::path p = fs::path(RunFolder(run_dir).eval()) / name;
     if (!fs::exists(p)) return absl::NotFoundError(p.string());
     return read_json_file(p.string());
   };
@@ -170,24 +171,6 @@ absl::StatusOr<model::ModelConfig> model_config_from_hf(const Json& hf, const st
   return c;
 }
 
-absl::StatusOr<std::vector<Json>> read_metrics(const std::string& run_dir) {
-  std::vector<Json> rows;
-  const fs::path p = fs::path(run_dir) / "metrics.jsonl";
-  if (!fs::exists(p)) return rows;
-  LM_ASSIGN_OR_RETURN(std::string text, read_file(p.string()));
-  std::istringstream in(text);
-  std::string line;
-  while (std::getline(in, line)) {
-    if (line.empty()) continue;
-    try {
-      rows.push_back(Json::parse(line));
-    } catch (...) {
-      break;  // torn last line
-    }
-  }
-  return rows;
-}
-
 namespace {
 
 std::string model_card(const std::string& run_dir, const Json& run_cfg, const model::ModelConfig& mc,
@@ -212,7 +195,7 @@ std::string model_card(const std::string& run_dir, const Json& run_cfg, const mo
                          t.value("lr", Json()).dump(), t.value("schedule", Json()).dump(), t.value("micro_batch", Json()).dump(),
                          t.value("seq_len", Json()).dump(), t.value("grad_accum", Json()).dump(), t.value("dtype", Json()).dump());
   }
-  auto metrics = read_metrics(run_dir);
+  auto metrics = read_metrics(RunFolder(run_dir).metrics());
   if (metrics.ok() && !metrics->empty()) {
     const Json& first = metrics->front();
     const Json& last = metrics->back();
@@ -242,10 +225,11 @@ absl::StatusOr<ExportResult> export_hf(const ExportOptions& opt) {
   if (opt.run_dir.empty() || opt.out.empty()) return absl::InvalidArgumentError("export needs --run and --out");
   if (opt.dtype != "bf16" && opt.dtype != "fp32")
     return absl::InvalidArgumentError("--dtype: expected bf16 or fp32, got '" + opt.dtype + "'");
-  const fs::path run(opt.run_dir), out(opt.out);
-  LM_ASSIGN_OR_RETURN(Json run_cfg, read_json_file((run / "config.json").string()));
+  const RunFolder run(opt.run_dir);
+  const fs::path out(opt.out);
+  LM_ASSIGN_OR_RETURN(Json run_cfg, read_json_file(run.config()));
   if (!run_cfg.contains("model"))
-    return absl::DataLossError((run / "config.json").string() + ": field 'model' is missing (not a run folder written by 'lmtrain fit'?)");
+    return absl::DataLossError(run.config() + ": field 'model' is missing (not a run folder written by 'lmtrain fit'?)");
   model::ModelConfig mc;
   LM_RETURN_IF_ERROR(from_json(run_cfg["model"], mc, "model"));
   LM_ASSIGN_OR_RETURN(std::string ckpt, find_checkpoint(opt.run_dir, opt.step));
@@ -253,7 +237,7 @@ absl::StatusOr<ExportResult> export_hf(const ExportOptions& opt) {
   model::Transformer model(mc);
   LM_RETURN_IF_ERROR(load_model(ckpt, model));
 
-  const fs::path tok_dir = run / "tokenizer";
+  const fs::path tok_dir = run.tokenizer();
   const fs::path spm = tok_dir / "spm.model";
   if (!fs::exists(spm))
     return absl::NotFoundError(spm.string() + ": the run has no tokenizer copy (re-run 'lmtrain fit', which copies it)");

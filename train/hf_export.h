@@ -52,7 +52,4 @@ absl::StatusOr<ExportResult> export_hf(const ExportOptions& opt);
 // architecture as model->config(); otherwise FailedPrecondition naming each differing field.
 absl::Status init_from_hf(const std::string& dir, model::Transformer& model);
 
-// Reads runs/NAME/metrics.jsonl (a torn last line is ignored).
-absl::StatusOr<std::vector<Json>> read_metrics(const std::string& run_dir);
-
 }  // namespace lm::train

@@ -8,7 +8,7 @@
 #include "absl/strings/str_format.h"
 #include "core/config.h"
 #include "core/file.h"
-#include "train/hf_export.h"
+#include "core/run_folder.h"
 #include "train/plot.h"
 
 namespace lm::train {
@@ -86,11 +86,11 @@ double num(const Json& j, const char* k) {
 }  // namespace
 
 absl::StatusOr<ReportResult> write_report(const std::string& run_dir, const std::string& out_html) {
-  const fs::path run(run_dir);
-  LM_ASSIGN_OR_RETURN(Json cfg, read_json_file((run / "config.json").string()));
-  LM_ASSIGN_OR_RETURN(std::vector<Json> metrics, read_metrics(run_dir));
+  const RunFolder run(run_dir);
+  LM_ASSIGN_OR_RETURN(Json cfg, read_json_file(run.config()));
+  LM_ASSIGN_OR_RETURN(std::vector<Json> metrics, read_metrics(run.metrics()));
   ReportResult r;
-  r.html = out_html.empty() ? (run / "report.html").string() : out_html;
+  r.html = out_html.empty() ? run.report() : out_html;
   r.metric_rows = static_cast<int64_t>(metrics.size());
 
   // Curves against tokens seen (the unit that compares runs with other batch sizes).
@@ -121,7 +121,8 @@ absl::StatusOr<ReportResult> write_report(const std::string& run_dir, const std:
       {"mfu", Plot{"model FLOPs utilisation", "tokens seen", "MFU %", {mfu}}},
   };
 
-  const std::string name = run.filename().empty() ? run.parent_path().filename().string() : run.filename().string();
+  const fs::path dir(run_dir);
+  const std::string name = dir.filename().empty() ? dir.parent_path().filename().string() : dir.filename().string();
   std::string h;
   h += "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\"><title>lmforge run " + html_escape(name) + "</title>\n";
   h += "<style>body{font-family:'Noto Sans Bengali','Kalpurush','SolaimanLipi','Noto Sans',sans-serif;max-width:1340px;"
@@ -143,10 +144,10 @@ absl::StatusOr<ReportResult> write_report(const std::string& run_dir, const std:
     r.sections.push_back("curves");
     h += "<div class=\"plots\">\n";
     std::error_code ec;
-    fs::create_directories(run / "plots", ec);
+    fs::create_directories(run.plots(), ec);
     for (auto& [file, p] : plots) {
       h += "<figure id=\"plot-" + file + "\">" + plot_svg(p) + "</figure>\n";
-      const std::string png = (run / "plots" / (file + ".png")).string();
+      const std::string png = (fs::path(run.plots()) / (file + ".png")).string();
       LM_RETURN_IF_ERROR(write_file_atomic(png, plot_png(p, 800, 400)));
       r.pngs.push_back(png);
     }
@@ -154,7 +155,7 @@ absl::StatusOr<ReportResult> write_report(const std::string& run_dir, const std:
   }
 
   // Tokenizer fertility: the run's copy, else the tokenizer folder the run recorded.
-  std::vector<fs::path> fert = {run / "tokenizer" / "fertility.json"};
+  std::vector<fs::path> fert = {fs::path(run.tokenizer()) / "fertility.json"};
   if (cfg.contains("data") && cfg["data"].contains("tokenizer") && cfg["data"]["tokenizer"].is_string())
     fert.push_back(fs::path(cfg["data"]["tokenizer"].get<std::string>()) / "fertility.json");
   for (const auto& p : fert) {
@@ -177,7 +178,7 @@ absl::StatusOr<ReportResult> write_report(const std::string& run_dir, const std:
   };
   for (const EvalSection& e : {EvalSection{"nll.json", "nll", "NLL against the random-initialized twin", {"languages", "langs", "results", "rows"}},
                                EvalSection{"mc.json", "mc", "Multiple-choice tasks (with chance level)", {"tasks", "results", "rows"}}}) {
-    const fs::path p = run / "eval" / e.file;
+    const fs::path p = fs::path(run.eval()) / e.file;
     if (!fs::exists(p)) continue;
     auto j = read_json_file(p.string());
     if (!j.ok()) {

@@ -5,12 +5,12 @@
 #include <cmath>
 #include <filesystem>
 #include <fstream>
-#include <sstream>
 
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
 #include "core/file.h"
 #include "core/log.h"
+#include "core/run_folder.h"
 #include "core/runtime.h"
 #include "model/transformer.h"
 #include "model/verify.h"
@@ -67,20 +67,14 @@ absl::Status check_resume_compatible(const Json& saved, const FitRequest& req, c
   return absl::OkStatus();
 }
 
-// Keeps metrics.jsonl lines up to `step` so a resumed run's log equals an uninterrupted one.
+// Keeps metrics.jsonl lines up to `step` so a resumed run's log equals an uninterrupted one (a
+// parsed line dumps back to the same text: both are nlohmann's shortest round-trip form).
 absl::Status truncate_metrics(const std::string& path, int64_t step) {
   if (!fs::exists(path)) return absl::OkStatus();
-  LM_ASSIGN_OR_RETURN(std::string text, read_file(path));
-  std::istringstream in(text);
-  std::string line, kept;
-  while (std::getline(in, line)) {
-    if (line.empty()) continue;
-    try {
-      if (Json::parse(line).value("step", int64_t{0}) <= step) kept += line + "\n";
-    } catch (...) {
-      break;  // a torn last line from a kill
-    }
-  }
+  LM_ASSIGN_OR_RETURN(std::vector<Json> rows, read_metrics(path));
+  std::string kept;
+  for (const Json& row : rows)
+    if (row.value("step", int64_t{0}) <= step) kept += row.dump() + "\n";
   return write_file_atomic(path, kept);
 }
 
@@ -124,330 +118,393 @@ std::string FitSummary::summary() const {
   return s;
 }
 
-absl::StatusOr<FitSummary> fit(const FitRequest& req_in, BatchSource& source, const ValSets& val) {
+absl::StatusOr<FitSummary> fit(const FitRequest& req, BatchSource& source, const ValSets& val) {
+  LM_ASSIGN_OR_RETURN(std::unique_ptr<Trainer> trainer, Trainer::create(req, source, val));
+  return trainer->train();
+}
+
+// ---- Set-up ------------------------------------------------------------------------------------
+
+Trainer::Trainer(const FitRequest& req, BatchSource& source, const ValSets& val)
+    : req_(req),
+      tc_(req_.train),
+      source_(source),
+      val_(val),
+      main_rank_(req.rank == 0),
+      metrics_path_(RunFolder(req.run_dir).metrics()),
+      device_(req.train.device == "cuda" ? torch::kCUDA : torch::kCPU),
+      bf16_(req.train.dtype == "bf16"),
+      faults_(req.train) {}
+
+absl::StatusOr<std::unique_ptr<Trainer>> Trainer::create(const FitRequest& req_in, BatchSource& source,
+                                                         const ValSets& val) {
   FitRequest req = req_in;
   LM_RETURN_IF_ERROR(model::validate(req.model));
   LM_RETURN_IF_ERROR(resolve(req.train, req.model, req.world_size));
-  const TrainConfig& tc = req.train;
-  const bool main_rank = req.rank == 0;
+  LM_RETURN_IF_ERROR(RunFolder(req.run_dir).open(req.resume, req.force));
+  std::unique_ptr<Trainer> t(new Trainer(req, source, val));
+  LM_RETURN_IF_ERROR(t->build_model());
+  LM_RETURN_IF_ERROR(t->restore_or_start());
+  LM_RETURN_IF_ERROR(t->startup_checks());
+  t->start_grad_sync();
+  t->announce();
+  LM_RETURN_IF_ERROR(t->open_metrics());
+  return t;
+}
 
-  // Run folder policy: never overwrite a run by accident.
-  const fs::path run(req.run_dir);
-  const bool exists = fs::exists(run / "config.json");
-  if (exists && !req.resume && !req.force) {
-    return absl::AlreadyExistsError(absl::StrCat(
-        req.run_dir, ": a run already exists here (continue it with --resume, or pass --force to start over)"));
-  }
-  if (req.resume && !exists) {
-    return absl::NotFoundError(req.run_dir + ": no run to resume (no config.json); start it without --resume");
-  }
-  std::error_code ec;
-  if (req.force && !req.resume) {
-    fs::remove_all(run / "checkpoints", ec);
-    fs::remove(run / "latest", ec);
-    fs::remove(run / "metrics.jsonl", ec);
-  }
-  fs::create_directories(run, ec);
-  if (ec) return absl::InternalError(absl::StrCat(req.run_dir, ": cannot create: ", ec.message()));
-
-  torch::Device device(tc.device == "cuda" ? torch::kCUDA : torch::kCPU);
-  if (device.is_cuda() && !torch::cuda::is_available())
+absl::Status Trainer::build_model() {
+  if (device_.is_cuda() && !torch::cuda::is_available())
     return absl::FailedPreconditionError("train.device is cuda but no CUDA device is visible");
-  if (tc.threads > 0) setup_threads(tc.threads);
-
-  torch::manual_seed(tc.seed);
-  model::Transformer model(req.model);
-  model->init_weights(tc.seed);
-  if (!req.init_from.empty() && !req.resume) LM_RETURN_IF_ERROR(init_from_hf(req.init_from, model));
-  model->to(device);
-  model->train();
-  auto named = model->named_parameters();
-  std::vector<std::pair<std::string, torch::Tensor>> params;
-  for (const auto& p : named) params.emplace_back(p.key(), p.value());
-  AdamW optim(params, tc);
-  std::vector<torch::Tensor> plist;
-  for (auto& [n, p] : params) plist.push_back(p);
-  Comm* comm = req.comm;
-  if (comm != nullptr) {
+  if (tc_.threads > 0) setup_threads(tc_.threads);
+  torch::manual_seed(tc_.seed);
+  model_ = model::Transformer(req_.model);
+  model_->init_weights(tc_.seed);
+  if (!req_.init_from.empty() && !req_.resume) LM_RETURN_IF_ERROR(init_from_hf(req_.init_from, model_));
+  model_->to(device_);
+  model_->train();
+  for (const auto& p : model_->named_parameters()) params_.emplace_back(p.key(), p.value());
+  optim_ = std::make_unique<AdamW>(params_, tc_);
+  for (auto& [n, p] : params_) plist_.push_back(p);
+  if (req_.comm != nullptr) {
     // Every rank must run the same job; then start from rank 0's weights.
-    LM_RETURN_IF_ERROR(comm->check_same("run config", run_config_json(req).dump()));
-    std::vector<torch::Tensor> state;
-    for (auto& p : plist) state.push_back(p);
-    comm->broadcast(state);
+    LM_RETURN_IF_ERROR(req_.comm->check_same("run config", run_config_json(req_).dump()));
+    std::vector<torch::Tensor> state = plist_;
+    req_.comm->broadcast(state);
   }
+  return absl::OkStatus();
+}
 
-  int64_t step = 0, tokens = 0;
-  int64_t nan_skipped = 0;  // updates skipped for a non-finite loss/gradient, whole run (train.nan_skip_limit)
-  const std::string metrics_path = (run / "metrics.jsonl").string();
-  if (req.resume) {
-    LM_ASSIGN_OR_RETURN(std::string ckpt, find_checkpoint(req.run_dir, -1));
-    LM_ASSIGN_OR_RETURN(Json state, read_trainer_state(ckpt));
-    LM_RETURN_IF_ERROR(check_resume_compatible(state, req, ckpt));
-    LM_RETURN_IF_ERROR(load_model(ckpt, model));
-    LM_RETURN_IF_ERROR(load_optimizer(ckpt, optim));
-    LM_RETURN_IF_ERROR(annotate(source.restore(state["data_cursor"]), ckpt + "/trainer.json data_cursor"));
-    if (state.contains("rng_cpu")) LM_RETURN_IF_ERROR(set_cpu_rng_state(state["rng_cpu"].get<std::string>()));
-    step = state["step"].get<int64_t>();
-    tokens = state["tokens"].get<int64_t>();
-    nan_skipped = state.value("nan_skipped", int64_t{0});
-    if (main_rank) LM_RETURN_IF_ERROR(truncate_metrics(metrics_path, step));
-    log_info("resumed from %s (step %d, %s tokens)", ckpt, step, format_count(static_cast<double>(tokens)));
-  } else if (main_rank) {
-    LM_RETURN_IF_ERROR(write_json_file((run / "config.json").string(), run_config_json(req)));
-  }
-
-  // Start-up verification on the real config: refuse to train a model that cannot learn.
-  if (tc.verify_at_start && step == 0) {
-    auto grad = model::check_gradient_flow(model, 1, std::min<int64_t>(tc.seq_len, 64), tc.seed + 1);
-    if (!grad.ok())
-      return absl::InternalError("start-up verification failed, not training:\n" + grad.summary());
-    log_info("%s", grad.summary());
-  }
-
-  // Gradient averaging: hooks are registered after the start-up check so its backward stays local.
-  std::unique_ptr<GradSync> grad_sync;
-  if (comm != nullptr) {
-    grad_sync = std::make_unique<GradSync>(
-        plist, comm->world(), [comm](torch::Tensor t) { return comm->start_sum(std::move(t)); }, tc.ddp_overlap,
-        static_cast<int64_t>(tc.ddp_bucket_mb * (1 << 20)));
-    if (main_rank)
-      log_info("data parallel: %d ranks, %s, gradient all-reduce %s backward%s", comm->world(), comm->backend(),
-               tc.ddp_overlap ? "overlapped with" : "after",
-               tc.ddp_overlap ? absl::StrFormat(" (%d buckets of <= %.0f MiB)", grad_sync->stats().buckets, tc.ddp_bucket_mb)
-                              : std::string());
-  }
-
-  const bool bf16 = tc.dtype == "bf16";
-  const DevicePeak peak = device_peak(device, bf16 ? torch::kBFloat16 : torch::kFloat32, tc.peak_flops);
-  const double flops_per_token = model::train_flops_per_token(req.model, tc.seq_len);
-  const int64_t step_tokens = tokens_per_step(tc, req.world_size);
-  if (main_rank) {
-    for (const auto& line : absl::StrSplit(version_report("lmtrain fit"), '\n')) log_info("%s", std::string(line));
-    log_info("model %s: %s params, %.3g FLOPs/token; batch %d x %d x accum %d = %s tokens/step; %d steps; peak %s (%s)",
-             req.model.preset, format_count(static_cast<double>(model::param_count(req.model))),
-             flops_per_token, tc.micro_batch, tc.seq_len, tc.grad_accum,
-             format_count(static_cast<double>(step_tokens)), tc.steps,
-             peak.flops > 0 ? absl::StrFormat("%.1f TFLOP/s", peak.flops / 1e12) : std::string("unknown"),
-             peak.source);
-  }
-
-  std::ofstream metrics;
-  if (main_rank) metrics.open(metrics_path, std::ios::app);
-  if (main_rank && !metrics) return stream_error(metrics_path);
-
-  auto trainer_state = [&](double loss) {
-    Json s;
-    s["step"] = step;
-    s["tokens"] = tokens;
-    s["data_cursor"] = source.cursor();
-    s["rng_cpu"] = cpu_rng_state();
-    s["config"] = run_config_json(req);
-    s["tokenizer_hash"] = req.tokenizer_hash;
-    s["world_size"] = req.world_size;
-    s["rank"] = req.rank;
-    s["code_version"] = kCodeVersion;
-    s["loss"] = loss;
-    s["nan_skipped"] = nan_skipped;
-    return s;
-  };
-  FitSummary sum;
-  sum.start_step = step;
-  sum.peak_source = peak.source;
-  auto checkpoint = [&](double loss) -> absl::Status {
-    if (!main_rank) return absl::OkStatus();
-    metrics.flush();
-    LM_RETURN_IF_ERROR(save_checkpoint(req.run_dir, step, model, optim, trainer_state(loss), tc.keep_last));
-    sum.checkpoint = (run / "checkpoints" / checkpoint_name(step)).string();
+absl::Status Trainer::restore_or_start() {
+  if (!req_.resume) {
+    if (main_rank_)
+      LM_RETURN_IF_ERROR(write_json_file(RunFolder(req_.run_dir).config(), run_config_json(req_)));
     return absl::OkStatus();
-  };
-  auto evaluate = [&]() {
-    std::map<std::string, double> out;
+  }
+  LM_ASSIGN_OR_RETURN(std::string ckpt, find_checkpoint(req_.run_dir, -1));
+  LM_ASSIGN_OR_RETURN(Json state, read_trainer_state(ckpt));
+  LM_RETURN_IF_ERROR(check_resume_compatible(state, req_, ckpt));
+  LM_RETURN_IF_ERROR(load_model(ckpt, model_));
+  LM_RETURN_IF_ERROR(load_optimizer(ckpt, *optim_));
+  LM_RETURN_IF_ERROR(annotate(source_.restore(state["data_cursor"]), ckpt + "/trainer.json data_cursor"));
+  if (state.contains("rng_cpu")) LM_RETURN_IF_ERROR(set_cpu_rng_state(state["rng_cpu"].get<std::string>()));
+  step_ = state["step"].get<int64_t>();
+  tokens_ = state["tokens"].get<int64_t>();
+  nan_skipped_ = state.value("nan_skipped", int64_t{0});
+  if (main_rank_) LM_RETURN_IF_ERROR(truncate_metrics(metrics_path_, step_));
+  log_info("resumed from %s (step %d, %s tokens)", ckpt, step_, format_count(static_cast<double>(tokens_)));
+  return absl::OkStatus();
+}
+
+// Start-up verification on the real config: refuse to train a model that cannot learn.
+absl::Status Trainer::startup_checks() {
+  if (!tc_.verify_at_start || step_ != 0) return absl::OkStatus();
+  auto grad = model::check_gradient_flow(model_, 1, std::min<int64_t>(tc_.seq_len, 64), tc_.seed + 1);
+  if (!grad.ok()) return absl::InternalError("start-up verification failed, not training:\n" + grad.summary());
+  log_info("%s", grad.summary());
+  return absl::OkStatus();
+}
+
+// Gradient averaging: hooks are registered after the start-up check so its backward stays local.
+void Trainer::start_grad_sync() {
+  Comm* comm = req_.comm;
+  if (comm == nullptr) return;
+  grad_sync_ = std::make_unique<GradSync>(
+      plist_, comm->world(), [comm](torch::Tensor t) { return comm->start_sum(std::move(t)); }, tc_.ddp_overlap,
+      static_cast<int64_t>(tc_.ddp_bucket_mb * (1 << 20)));
+  if (main_rank_)
+    log_info("data parallel: %d ranks, %s, gradient all-reduce %s backward%s", comm->world(), comm->backend(),
+             tc_.ddp_overlap ? "overlapped with" : "after",
+             tc_.ddp_overlap ? absl::StrFormat(" (%d buckets of <= %.0f MiB)", grad_sync_->stats().buckets, tc_.ddp_bucket_mb)
+                             : std::string());
+}
+
+// The device peak (for MFU) and the banner: versions, model, batch, budget.
+void Trainer::announce() {
+  peak_ = device_peak(device_, bf16_ ? torch::kBFloat16 : torch::kFloat32, tc_.peak_flops);
+  flops_per_token_ = model::train_flops_per_token(req_.model, tc_.seq_len);
+  step_tokens_ = tokens_per_step(tc_, req_.world_size);
+  sum_.start_step = step_;
+  sum_.peak_source = peak_.source;
+  if (!main_rank_) return;
+  for (const auto& line : absl::StrSplit(version_report("lmtrain fit"), '\n')) log_info("%s", std::string(line));
+  log_info("model %s: %s params, %.3g FLOPs/token; batch %d x %d x accum %d = %s tokens/step; %d steps; peak %s (%s)",
+           req_.model.preset, format_count(static_cast<double>(model::param_count(req_.model))), flops_per_token_,
+           tc_.micro_batch, tc_.seq_len, tc_.grad_accum, format_count(static_cast<double>(step_tokens_)), tc_.steps,
+           peak_.flops > 0 ? absl::StrFormat("%.1f TFLOP/s", peak_.flops / 1e12) : std::string("unknown"),
+           peak_.source);
+}
+
+absl::Status Trainer::open_metrics() {
+  if (!main_rank_) return absl::OkStatus();
+  metrics_.open(metrics_path_, std::ios::app);
+  if (!metrics_) return stream_error(metrics_path_);
+  return absl::OkStatus();
+}
+
+// ---- The loop ----------------------------------------------------------------------------------
+
+absl::StatusOr<FitSummary> Trainer::train() {
+  progress_ = std::make_unique<Progress>("train", static_cast<double>(tc_.steps), "steps");
+  t_start_ = t_log_ = Clock::now();
+  tokens_at_log_ = tokens_;
+  while (step_ < tc_.steps) {
+    StepResult r = train_step();
+    LM_RETURN_IF_ERROR(handle_non_finite(r));  // skip the update, or stop past train.nan_skip_limit
+    advance(r);                                // step and token counters, timings, loss history
+    if (log_due(r)) {
+      Json line = measure(r);  // throughput, MFU, the throughput sentinel
+      validate(line);          // validation loss on eval_interval steps
+      LM_RETURN_IF_ERROR(write_metrics(line, r));
+    }
+    LM_RETURN_IF_ERROR(checkpoint_if_due());
+    if (const Stop why = stop_policy(); why != Stop::kNo) {  // train.stop_at_step, SIGINT/SIGTERM
+      LM_RETURN_IF_ERROR(checkpoint());
+      announce_stop(why);
+      break;
+    }
+  }
+  if (step_ == tc_.steps && sum_.stop_signal == 0) LM_RETURN_IF_ERROR(checkpoint());
+  return finish();
+}
+
+// ---- The step ----------------------------------------------------------------------------------
+
+StepResult Trainer::train_step() {
+  StepResult r;
+  r.lr = lr_at(tc_, step_);
+  const FaultInjector::Site fault = faults_.at(step_);
+  const auto t_step = Clock::now();
+  optim_->zero_grad();
+  r.loss = accumulate_gradients(fault);
+  if (grad_sync_) r.comm_wait_s = sync_gradients(&r.loss);
+  if (fault == FaultInjector::Site::kGradient) FaultInjector::poison_gradient(params_);
+  r.grad_norm = clip_grad_norm(plist_, tc_.grad_clip);
+  // A non-finite loss or gradient is never applied; handle_non_finite skips the step or stops.
+  r.applied = std::isfinite(r.loss) && std::isfinite(r.grad_norm);
+  if (r.applied) optim_->step(r.lr);
+  r.seconds = since(t_step);
+  return r;
+}
+
+// Forward and backward of grad_accum micro-batches; returns their mean loss.
+double Trainer::accumulate_gradients(FaultInjector::Site fault) {
+  AutocastGuard ac(device_, bf16_);
+  double step_loss = 0;
+  for (int64_t micro = 0; micro < tc_.grad_accum; ++micro) {
+    source_.next(&flat_);
+    auto window = to_window_tensor(flat_, tc_.micro_batch, tc_.seq_len + 1, device_);
+    auto loss = model_->loss(window) / static_cast<double>(tc_.grad_accum);
+    if (fault == FaultInjector::Site::kLoss) loss = FaultInjector::poison_loss(loss);
+    // Only the last micro-batch's backward all-reduces (the others accumulate locally).
+    if (grad_sync_) grad_sync_->before_backward(micro == tc_.grad_accum - 1);
+    loss.backward();
+    step_loss += loss.item<double>();
+  }
+  return step_loss;
+}
+
+// Waits for the gradient all-reduce and averages *loss over ranks; returns the seconds blocked:
+// all of the all-reduce on the post-backward path, only what backward did not hide when
+// overlapped. On CUDA, NCCL's wait() only orders streams, so synchronize to see the exposed time
+// on the host clock.
+double Trainer::sync_gradients(double* loss) {
+  const auto t_wait = Clock::now();
+  grad_sync_->finish();
+  if (device_.is_cuda()) torch::cuda::synchronize();
+  const double wait = since(t_wait);
+  sum_.buckets_in_backward += grad_sync_->stats().launched_in_backward;
+  sum_.buckets_synced += grad_sync_->stats().buckets;
+  *loss = req_.comm->sum(*loss) / req_.comm->world();
+  return wait;
+}
+
+// ---- The parts after the step ------------------------------------------------------------------
+
+// A step that was not applied: skip it (up to train.nan_skip_limit in the whole run) or stop with
+// the last good checkpoint named.
+absl::Status Trainer::handle_non_finite(StepResult& r) {
+  if (r.applied) return absl::OkStatus();
+  std::string culprit = "none (the loss itself)";
+  for (auto& [n, p] : params_) {
+    if (p.grad().defined() && !torch::isfinite(p.grad()).all().item<bool>()) {
+      culprit = n;
+      break;
+    }
+  }
+  const std::string what = absl::StrFormat("step %d: non-finite %s (loss %g, grad norm %g), first bad parameter: %s",
+                                           step_ + 1, std::isfinite(r.loss) ? "gradient" : "loss", r.loss,
+                                           r.grad_norm, culprit);
+  if (nan_skipped_ >= tc_.nan_skip_limit) {
+    std::string last = "none yet";
+    auto latest = latest_checkpoint(req_.run_dir);
+    if (latest.ok()) last = *latest;
+    const std::string limit =
+        tc_.nan_skip_limit > 0
+            ? absl::StrFormat(" (%d earlier steps skipped, train.nan_skip_limit is %d)", nan_skipped_, tc_.nan_skip_limit)
+            : std::string();
+    return absl::InternalError(absl::StrFormat(
+        "%s; stopped without applying the step%s; last good checkpoint: %s (lower train.lr or check the data, "
+        "then --resume)",
+        what, limit, last));
+  }
+  ++nan_skipped_;
+  r.skipped = culprit;
+  log_warn("%s; update skipped (%d of train.nan_skip_limit %d)", what, nan_skipped_, tc_.nan_skip_limit);
+  return absl::OkStatus();
+}
+
+void Trainer::advance(const StepResult& r) {
+  interval_step_s_ += r.seconds;
+  interval_comm_s_ += r.comm_wait_s;
+  ++interval_steps_;
+  sum_.step_s += r.seconds;
+  sum_.comm_wait_s += r.comm_wait_s;
+  ++step_;
+  tokens_ += step_tokens_;
+  if (r.applied) last_loss_ = r.loss;
+  sum_.losses.push_back(r.loss);
+}
+
+bool Trainer::log_due(const StepResult& r) const {
+  return step_ % tc_.log_interval == 0 || step_ == tc_.steps || !r.applied;
+}
+
+// The metrics line of this step: throughput and MFU over the interval since the last line.
+Json Trainer::measure(const StepResult& r) {
+  const double dt = since(t_log_);
+  const double rate = dt > 0 ? static_cast<double>(tokens_ - tokens_at_log_) / dt : 0;
+  t_log_ = Clock::now();
+  tokens_at_log_ = tokens_;
+  check_throughput(rate);
+  const double mfu = peak_.flops > 0 ? rate * flops_per_token_ / (peak_.flops * req_.world_size) : 0;
+  Json m = {{"step", step_}, {"tokens", tokens_}, {"loss", r.loss}, {"lr", r.lr},
+            {"grad_norm", r.grad_norm}, {"tokens_per_s", rate}, {"mfu", mfu},
+            {"elapsed_s", since(t_start_)}};
+  if (nan_skipped_ > 0) m["nan_skipped"] = nan_skipped_;  // in the whole run so far
+  if (!r.skipped.empty()) m["skipped"] = r.skipped;       // not applied: first non-finite parameter
+  if (grad_sync_) {
+    // Per-step means over this log interval, rank 0's clock (ranks wait for the slowest).
+    m["step_time_s"] = interval_step_s_ / interval_steps_;
+    m["comm_wait_s"] = interval_comm_s_ / interval_steps_;
+    m["comm_wait_share"] = interval_step_s_ > 0 ? interval_comm_s_ / interval_step_s_ : 0;
+  }
+  interval_step_s_ = interval_comm_s_ = 0;
+  interval_steps_ = 0;
+  return m;
+}
+
+// The throughput sentinel: warns once when tokens/s falls well below this run's median.
+void Trainer::check_throughput(double rate) {
+  // The first interval includes warm-up (allocator, oneDNN primitives): keep it out of the median.
+  if (step_ > tc_.log_interval || step_ == tc_.steps) rates_.push_back(rate);
+  if (rates_.size() >= 5 && rate < tc_.sentinel_fraction * median(rates_) && !sentinel_warned_) {
+    log_warn("throughput sentinel: %.0f tok/s is below %.0f%% of this run's median %.0f tok/s "
+             "(another process on the machine? thermal throttling? a slow data path?)",
+             rate, 100 * tc_.sentinel_fraction, median(rates_));
+    sentinel_warned_ = true;
+  }
+}
+
+// Mean validation loss per language on eval_interval steps (and the last), into the line.
+void Trainer::validate(Json& line) {
+  if (tc_.eval_interval <= 0 || val_.empty() || (step_ % tc_.eval_interval != 0 && step_ != tc_.steps)) return;
+  std::map<std::string, double> out;
+  {
     torch::NoGradGuard no_grad;
-    AutocastGuard ac(device, bf16);
-    model->eval();
-    for (const auto& [lang, windows] : val) {
+    AutocastGuard ac(device_, bf16_);
+    model_->eval();
+    for (const auto& [lang, windows] : val_) {
       double total = 0;
       int64_t n = 0;
-      for (size_t i = 0; i < windows.size() && static_cast<int64_t>(i) < tc.eval_windows; ++i) {
-        auto w = to_window_tensor(windows[i], 1, static_cast<int64_t>(windows[i].size()), device);
-        total += model->loss(w).item<double>();
+      for (size_t i = 0; i < windows.size() && static_cast<int64_t>(i) < tc_.eval_windows; ++i) {
+        auto w = to_window_tensor(windows[i], 1, static_cast<int64_t>(windows[i].size()), device_);
+        total += model_->loss(w).item<double>();
         ++n;
       }
       if (n > 0) out[lang] = total / n;
     }
-    model->train();
-    return out;
-  };
-
-  std::vector<int32_t> flat;
-  std::vector<double> rates;
-  const auto t_start = Clock::now();
-  auto t_log = Clock::now();
-  int64_t tokens_at_log = tokens;
-  double last_loss = 0;
-  bool sentinel_warned = false;
-  double interval_step_s = 0, interval_comm_s = 0;  // summed over the steps since the last log line
-  int64_t interval_steps = 0;
-  Progress progress("train", static_cast<double>(tc.steps), "steps");
-  while (step < tc.steps) {
-    const double lr = lr_at(tc, step);
-    const bool inject_nan = tc.inject_nan_step >= 0 && step >= tc.inject_nan_step &&
-                            step < tc.inject_nan_step + tc.inject_nan_steps;
-    const auto t_step = Clock::now();
-    optim.zero_grad();
-    double step_loss = 0;
-    {
-      AutocastGuard ac(device, bf16);
-      for (int64_t micro = 0; micro < tc.grad_accum; ++micro) {
-        source.next(&flat);
-        auto window = to_window_tensor(flat, tc.micro_batch, tc.seq_len + 1, device);
-        auto loss = model->loss(window) / static_cast<double>(tc.grad_accum);
-        if (inject_nan && tc.inject_nan_in == "loss") loss = loss * std::numeric_limits<double>::quiet_NaN();
-        // Only the last micro-batch's backward all-reduces (the others accumulate locally).
-        if (grad_sync) grad_sync->before_backward(micro == tc.grad_accum - 1);
-        loss.backward();
-        step_loss += loss.item<double>();
-      }
-    }
-    double comm_wait = 0;
-    if (grad_sync) {
-      // Time blocked on gradient communication after backward: all of it on the post-backward
-      // path, only what backward did not hide when overlapped. On CUDA, NCCL's wait() only orders
-      // streams, so synchronize to see the exposed time on the host clock.
-      const auto t_wait = Clock::now();
-      grad_sync->finish();
-      if (device.is_cuda()) torch::cuda::synchronize();
-      comm_wait = since(t_wait);
-      sum.buckets_in_backward += grad_sync->stats().launched_in_backward;
-      sum.buckets_synced += grad_sync->stats().buckets;
-      step_loss = comm->sum(step_loss) / comm->world();
-    }
-    if (inject_nan && tc.inject_nan_in == "grad") {
-      torch::NoGradGuard g;
-      for (auto& [n, p] : params) {
-        if (n.find("down_proj") != std::string::npos && p.grad().defined()) {
-          p.grad().view(-1)[0] = std::numeric_limits<float>::quiet_NaN();
-          break;
-        }
-      }
-    }
-    const double gnorm = clip_grad_norm(plist, tc.grad_clip);
-    // A non-finite loss or gradient is never applied: skip the update (up to train.nan_skip_limit
-    // in the whole run) or stop with the last good checkpoint named.
-    std::string skipped;  // first bad parameter of a skipped step
-    if (!std::isfinite(step_loss) || !std::isfinite(gnorm)) {
-      std::string culprit = "none (the loss itself)";
-      for (auto& [n, p] : params) {
-        if (p.grad().defined() && !torch::isfinite(p.grad()).all().item<bool>()) {
-          culprit = n;
-          break;
-        }
-      }
-      const std::string what = absl::StrFormat("step %d: non-finite %s (loss %g, grad norm %g), first bad parameter: %s",
-                                               step + 1, std::isfinite(step_loss) ? "gradient" : "loss", step_loss,
-                                               gnorm, culprit);
-      if (nan_skipped >= tc.nan_skip_limit) {
-        std::string last = "none yet";
-        auto latest = latest_checkpoint(req.run_dir);
-        if (latest.ok()) last = *latest;
-        const std::string limit =
-            tc.nan_skip_limit > 0
-                ? absl::StrFormat(" (%d earlier steps skipped, train.nan_skip_limit is %d)", nan_skipped, tc.nan_skip_limit)
-                : std::string();
-        return absl::InternalError(absl::StrFormat(
-            "%s; stopped without applying the step%s; last good checkpoint: %s (lower train.lr or check the data, "
-            "then --resume)",
-            what, limit, last));
-      }
-      ++nan_skipped;
-      skipped = culprit;
-      log_warn("%s; update skipped (%d of train.nan_skip_limit %d)", what, nan_skipped, tc.nan_skip_limit);
-    } else {
-      optim.step(lr);
-    }
-    interval_step_s += since(t_step);
-    interval_comm_s += comm_wait;
-    ++interval_steps;
-    sum.step_s += since(t_step);
-    sum.comm_wait_s += comm_wait;
-    ++step;
-    tokens += step_tokens;
-    if (skipped.empty()) last_loss = step_loss;
-    sum.losses.push_back(step_loss);
-
-    if (step % tc.log_interval == 0 || step == tc.steps || !skipped.empty()) {
-      const double dt = since(t_log);
-      const double rate = dt > 0 ? static_cast<double>(tokens - tokens_at_log) / dt : 0;
-      t_log = Clock::now();
-      tokens_at_log = tokens;
-      // The first interval includes warm-up (allocator, oneDNN primitives): keep it out of the median.
-      if (step > tc.log_interval || step == tc.steps) rates.push_back(rate);
-      const double mfu = peak.flops > 0 ? rate * flops_per_token / (peak.flops * req.world_size) : 0;
-      if (rates.size() >= 5 && rate < tc.sentinel_fraction * median(rates) && !sentinel_warned) {
-        log_warn("throughput sentinel: %.0f tok/s is below %.0f%% of this run's median %.0f tok/s "
-                 "(another process on the machine? thermal throttling? a slow data path?)",
-                 rate, 100 * tc.sentinel_fraction, median(rates));
-        sentinel_warned = true;
-      }
-      Json m = {{"step", step}, {"tokens", tokens}, {"loss", step_loss}, {"lr", lr},
-                {"grad_norm", gnorm}, {"tokens_per_s", rate}, {"mfu", mfu},
-                {"elapsed_s", since(t_start)}};
-      if (nan_skipped > 0) m["nan_skipped"] = nan_skipped;  // in the whole run so far
-      if (!skipped.empty()) m["skipped"] = skipped;         // not applied: first non-finite parameter
-      if (grad_sync) {
-        // Per-step means over this log interval, rank 0's clock (ranks wait for the slowest).
-        m["step_time_s"] = interval_step_s / interval_steps;
-        m["comm_wait_s"] = interval_comm_s / interval_steps;
-        m["comm_wait_share"] = interval_step_s > 0 ? interval_comm_s / interval_step_s : 0;
-      }
-      interval_step_s = interval_comm_s = 0;
-      interval_steps = 0;
-      if (tc.eval_interval > 0 && !val.empty() && (step % tc.eval_interval == 0 || step == tc.steps)) {
-        auto v = evaluate();
-        for (const auto& [lang, x] : v) m["val_loss"][lang] = x;
-        sum.val_loss = v;
-      }
-      if (main_rank) {
-        metrics << m.dump() << "\n";
-        metrics.flush();
-        if (!metrics) return stream_error(metrics_path);
-        std::string extra = absl::StrFormat("loss %.4f lr %.2e gnorm %.2f %.0f tok/s MFU %s", step_loss, lr,
-                                            gnorm, rate,
-                                            mfu > 0 ? absl::StrFormat("%.1f%%", 100 * mfu) : std::string("n/a"));
-        if (m.contains("comm_wait_share"))
-          extra += absl::StrFormat(" comm-wait %.0f%%", 100 * m["comm_wait_share"].get<double>());
-        if (m.contains("val_loss"))
-          for (const auto& [lang, x] : m["val_loss"].items()) extra += absl::StrFormat(" val_%s %.4f", lang, x.get<double>());
-        progress.update(static_cast<double>(step), extra);
-      }
-    }
-    if (tc.checkpoint_interval > 0 && step % tc.checkpoint_interval == 0 && step != tc.steps) {
-      LM_RETURN_IF_ERROR(checkpoint(last_loss));
-    }
-    if (step == tc.stop_at_step && step != tc.steps) {
-      LM_RETURN_IF_ERROR(checkpoint(last_loss));
-      log_info("stopped at step %d as asked (train.stop_at_step); continue with --resume", step);
-      break;
-    }
-    // Ranks agree on stopping, so they checkpoint the same step and none waits on a dead peer.
-    int sig = stop_signal();
-    if (comm != nullptr) sig = static_cast<int>(comm->max(sig));
-    if (sig != 0) {
-      LM_RETURN_IF_ERROR(checkpoint(last_loss));
-      sum.stop_signal = sig;
-      log_warn("signal %d: stopped after step %d with a checkpoint; continue with --resume", sum.stop_signal, step);
-      break;
-    }
+    model_->train();
   }
-  if (step == tc.steps && sum.stop_signal == 0) LM_RETURN_IF_ERROR(checkpoint(last_loss));
-  sum.steps = step;
-  sum.tokens = tokens;
-  sum.seconds = since(t_start);
-  sum.tokens_per_s = sum.seconds > 0 ? static_cast<double>((step - sum.start_step) * step_tokens) / sum.seconds : 0;
+  for (const auto& [lang, x] : out) line["val_loss"][lang] = x;
+  sum_.val_loss = out;
+}
+
+// Appends the line to metrics.jsonl (rank 0) and updates the progress line.
+absl::Status Trainer::write_metrics(const Json& m, const StepResult& r) {
+  if (!main_rank_) return absl::OkStatus();
+  metrics_ << m.dump() << "\n";
+  metrics_.flush();
+  if (!metrics_) return stream_error(metrics_path_);
+  const double mfu = m["mfu"].get<double>();
+  std::string extra = absl::StrFormat("loss %.4f lr %.2e gnorm %.2f %.0f tok/s MFU %s", r.loss, r.lr, r.grad_norm,
+                                      m["tokens_per_s"].get<double>(),
+                                      mfu > 0 ? absl::StrFormat("%.1f%%", 100 * mfu) : std::string("n/a"));
+  if (m.contains("comm_wait_share"))
+    extra += absl::StrFormat(" comm-wait %.0f%%", 100 * m["comm_wait_share"].get<double>());
+  if (m.contains("val_loss"))
+    for (const auto& [lang, x] : m["val_loss"].items()) extra += absl::StrFormat(" val_%s %.4f", lang, x.get<double>());
+  progress_->update(static_cast<double>(step_), extra);
+  return absl::OkStatus();
+}
+
+absl::Status Trainer::checkpoint_if_due() {
+  if (tc_.checkpoint_interval > 0 && step_ % tc_.checkpoint_interval == 0 && step_ != tc_.steps) return checkpoint();
+  return absl::OkStatus();
+}
+
+absl::Status Trainer::checkpoint() {
+  if (!main_rank_) return absl::OkStatus();
+  metrics_.flush();
+  LM_RETURN_IF_ERROR(save_checkpoint(req_.run_dir, step_, model_, *optim_, trainer_state(), tc_.keep_last));
+  sum_.checkpoint = RunFolder(req_.run_dir).checkpoint(step_);
+  return absl::OkStatus();
+}
+
+Json Trainer::trainer_state() const {
+  Json s;
+  s["step"] = step_;
+  s["tokens"] = tokens_;
+  s["data_cursor"] = source_.cursor();
+  s["rng_cpu"] = cpu_rng_state();
+  s["config"] = run_config_json(req_);
+  s["tokenizer_hash"] = req_.tokenizer_hash;
+  s["world_size"] = req_.world_size;
+  s["rank"] = req_.rank;
+  s["code_version"] = kCodeVersion;
+  s["loss"] = last_loss_;
+  s["nan_skipped"] = nan_skipped_;
+  return s;
+}
+
+// train.stop_at_step, or SIGINT/SIGTERM on any rank. Ranks agree on stopping (a max over them),
+// so they checkpoint the same step and none waits on a dead peer.
+Trainer::Stop Trainer::stop_policy() {
+  if (step_ == tc_.stop_at_step && step_ != tc_.steps) return Stop::kAtStep;
+  int sig = lm::stop_signal();
+  if (req_.comm != nullptr) sig = static_cast<int>(req_.comm->max(sig));
+  if (sig == 0) return Stop::kNo;
+  sum_.stop_signal = sig;
+  return Stop::kSignal;
+}
+
+void Trainer::announce_stop(Stop why) {
+  if (why == Stop::kAtStep)
+    log_info("stopped at step %d as asked (train.stop_at_step); continue with --resume", step_);
+  else
+    log_warn("signal %d: stopped after step %d with a checkpoint; continue with --resume", sum_.stop_signal, step_);
+}
+
+FitSummary Trainer::finish() const {
+  FitSummary sum = sum_;
+  sum.steps = step_;
+  sum.tokens = tokens_;
+  sum.seconds = since(t_start_);
+  sum.tokens_per_s =
+      sum.seconds > 0 ? static_cast<double>((step_ - sum.start_step) * step_tokens_) / sum.seconds : 0;
   // Every rank brings its own device: MFU is against world_size times one peak.
-  sum.mfu = peak.flops > 0 ? sum.tokens_per_s * flops_per_token / (peak.flops * req.world_size) : 0;
-  sum.final_loss = last_loss;
-  sum.nan_skipped = nan_skipped;
+  sum.mfu = peak_.flops > 0 ? sum.tokens_per_s * flops_per_token_ / (peak_.flops * req_.world_size) : 0;
+  sum.final_loss = last_loss_;
+  sum.nan_skipped = nan_skipped_;
   return sum;
 }
 

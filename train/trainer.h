@@ -1,13 +1,22 @@
 // The native C++ training loop of `lmtrain fit`.
 #pragma once
 
+#include <chrono>
+#include <fstream>
 #include <map>
+#include <memory>
 #include <string>
 #include <vector>
 
 #include "core/config.h"
+#include "core/log.h"
 #include "model/config.h"
+#include "model/transformer.h"
 #include "train/config.h"
+#include "train/device.h"
+#include "train/faults.h"
+#include "train/grad_sync.h"
+#include "train/optim.h"
 
 namespace lm::train {
 
@@ -61,9 +70,105 @@ struct FitSummary {
   std::string summary() const;
 };
 
-// Validates the request, runs the start-up verification, trains, checkpoints.
-// Errors: bad config or run folder (exit 2), non-finite loss/gradient (names step and parameter).
+// Validates the request, runs the start-up verification, trains, checkpoints: Trainer::create,
+// then Trainer::train. Errors: bad config or run folder (exit 2), non-finite loss/gradient (names
+// step and parameter).
 absl::StatusOr<FitSummary> fit(const FitRequest& req, BatchSource& source, const ValSets& val);
+
+// What one optimizer step did.
+struct StepResult {
+  double loss = 0;       // mean training loss over the step's micro-batches (and ranks), nats/token
+  double grad_norm = 0;  // global L2 norm of the gradient before clipping
+  double lr = 0;
+  bool applied = false;  // false: the loss or gradient was non-finite and the update was not applied
+  double seconds = 0;    // zero_grad .. optimizer step
+  double comm_wait_s = 0;  // of which blocked on the gradient all-reduce after backward
+  std::string skipped;     // not applied: the first non-finite parameter (set by the NaN handler)
+};
+
+// The training loop as named parts (docs/architecture.md, "The training loop"). create() sets up
+// a run (folder policy, model, optimizer, resume, start-up verification, gradient averaging);
+// train() runs steps until the budget, a stop request or an error, calling in order:
+// train_step, handle_non_finite, advance, measure + validate + write_metrics (on log steps),
+// checkpoint_if_due, stop_policy. Every part is a member; the state they share is below, named.
+class Trainer {
+ public:
+  static absl::StatusOr<std::unique_ptr<Trainer>> create(const FitRequest& req, BatchSource& source,
+                                                         const ValSets& val);
+  Trainer(const Trainer&) = delete;
+  Trainer& operator=(const Trainer&) = delete;
+
+  absl::StatusOr<FitSummary> train();
+
+  // One optimizer step on grad_accum micro-batches: forward, backward, gradient averaging across
+  // ranks, clipping, and the AdamW update unless the loss or gradient is non-finite.
+  StepResult train_step();
+
+ private:
+  enum class Stop { kNo, kAtStep, kSignal };
+  using Clock = std::chrono::steady_clock;
+
+  Trainer(const FitRequest& req, BatchSource& source, const ValSets& val);
+  // Set-up, in create()'s order.
+  absl::Status build_model();
+  absl::Status restore_or_start();
+  absl::Status startup_checks();
+  void start_grad_sync();
+  void announce();
+  absl::Status open_metrics();
+  // The step's pieces.
+  double accumulate_gradients(FaultInjector::Site fault);
+  double sync_gradients(double* loss);
+  // The loop's parts.
+  absl::Status handle_non_finite(StepResult& r);
+  void advance(const StepResult& r);
+  bool log_due(const StepResult& r) const;
+  Json measure(const StepResult& r);
+  void check_throughput(double rate);
+  void validate(Json& line);
+  absl::Status write_metrics(const Json& line, const StepResult& r);
+  absl::Status checkpoint_if_due();
+  absl::Status checkpoint();
+  Stop stop_policy();
+  void announce_stop(Stop why);
+  FitSummary finish() const;
+  Json trainer_state() const;
+
+  FitRequest req_;
+  const TrainConfig& tc_;  // req_.train, resolved
+  BatchSource& source_;
+  const ValSets& val_;
+  const bool main_rank_;
+  const std::string metrics_path_;
+  torch::Device device_;
+  bool bf16_ = false;
+  model::Transformer model_{nullptr};
+  std::vector<std::pair<std::string, torch::Tensor>> params_;  // named, registration order
+  std::vector<torch::Tensor> plist_;                           // the same tensors, unnamed
+  std::unique_ptr<AdamW> optim_;
+  std::unique_ptr<GradSync> grad_sync_;
+  FaultInjector faults_;
+  DevicePeak peak_;
+  double flops_per_token_ = 0;
+  int64_t step_tokens_ = 0;
+  std::ofstream metrics_;
+  std::vector<int32_t> flat_;  // one micro-batch of token ids, reused
+
+  // Progress: the counters a checkpoint stores, and this invocation's summary.
+  int64_t step_ = 0, tokens_ = 0;
+  int64_t nan_skipped_ = 0;  // updates skipped for a non-finite loss/gradient, whole run
+  double last_loss_ = 0;     // of the last applied step
+  FitSummary sum_;
+
+  // Metrics over the current log interval, and the throughput sentinel.
+  Clock::time_point t_start_, t_log_;
+  int64_t tokens_at_log_ = 0;
+  double interval_step_s_ = 0, interval_comm_s_ = 0;
+  int64_t interval_steps_ = 0;
+  std::vector<double> rates_;
+  bool sentinel_warned_ = false;
+  std::unique_ptr<Progress> progress_;
+};
 
 // The resolved run config written to runs/NAME/config.json.
 Json run_config_json(const FitRequest& req);

@@ -1,0 +1,64 @@
+// The run folder, the one owner of its layout and of the create/resume/force policy; training,
+// evaluation, export, report and the commands ask it for paths instead of spelling them.
+//   config.json    the resolved {"model", "train", "data", "tokenizer_hash", "world_size"}
+//   tokenizer/     spm.model + tokenizer.json (a run is self-contained)
+//   metrics.jsonl  one JSON object per logged step
+//   checkpoints/step-00000100/  model.safetensors, optimizer.safetensors, trainer.json
+//   latest         the name of the newest complete checkpoint ("step-00000100"), moved last
+//   eval/          nll.json, mc.json
+//   plots/, report.html
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "core/config.h"
+#include "core/status.h"
+
+namespace lm {
+
+class RunFolder {
+ public:
+  explicit RunFolder(std::string dir) : dir_(std::move(dir)) {}
+
+  const std::string& dir() const { return dir_; }
+  std::string config() const { return path("config.json"); }
+  std::string tokenizer() const { return path("tokenizer"); }
+  std::string metrics() const { return path("metrics.jsonl"); }
+  std::string checkpoints() const { return path("checkpoints"); }
+  std::string checkpoint(int64_t step) const { return checkpoint(step_name(step)); }
+  std::string checkpoint(std::string_view name) const;  // checkpoints/NAME
+  std::string latest() const { return path("latest"); }
+  std::string eval() const { return path("eval"); }
+  std::string plots() const { return path("plots"); }
+  std::string report() const { return path("report.html"); }
+
+  // A run is there when its config.json is.
+  bool exists() const;
+
+  // "step-00000100", and back (InvalidArgument naming the folder otherwise).
+  static std::string step_name(int64_t step);
+  static absl::StatusOr<int64_t> parse_step_name(std::string_view name);
+
+  // Never overwrite a run by accident: an existing run needs `resume` or `force`; `resume` needs
+  // a run. Errors name the folder and the flag to use.
+  absl::Status check_policy(bool resume, bool force) const;
+  // check_policy, then creates the folder; `force` without `resume` first removes the old
+  // checkpoints, `latest` and metrics.jsonl.
+  absl::Status open(bool resume, bool force) const;
+
+  // The checkpoint name `latest` holds, or NotFound naming the file.
+  absl::StatusOr<std::string> latest_name() const;
+
+ private:
+  std::string path(std::string_view name) const;  // dir/name
+  std::string dir_;
+};
+
+// The rows of a metrics.jsonl in order; a missing file has none, and a line that does not parse
+// (the torn last line a kill leaves) ends the read.
+absl::StatusOr<std::vector<Json>> read_metrics(const std::string& path);
+
+}  // namespace lm
