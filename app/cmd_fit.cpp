@@ -77,10 +77,12 @@ absl::Status run_fit(const FitOptions& o) {
   if (global_options().threads > 0) tc.threads = global_options().threads;
   if (o.ddp_post_backward) tc.ddp_overlap = false;
   if (o.ddp_bucket_mb) tc.ddp_bucket_mb = *o.ddp_bucket_mb;
+  // This rank's GPU (cuda:LOCAL_RANK) becomes the current device before any other CUDA call.
+  LM_ASSIGN_OR_RETURN(const torch::Device dev,
+                      train::rank_device(env, tc.device == "cuda" ? torch::kCUDA : torch::kCPU));
   std::unique_ptr<train::Comm> comm;
   if (env.active()) {
     // The device picks the backend: NCCL for cuda (when LibTorch has it), Gloo for cpu.
-    const torch::Device dev(tc.device == "cuda" ? torch::kCUDA : torch::kCPU);
     LM_ASSIGN_OR_RETURN(comm, train::Comm::connect(env, dev, std::chrono::seconds(o.dist_timeout_s)));
     // Only rank 0 talks to people.
     if (env.rank != 0) init_output(/*quiet=*/true);
@@ -109,6 +111,7 @@ absl::Status run_fit(const FitOptions& o) {
   req.tokenizer_hash = tok.hash();
   req.world_size = env.world;
   req.rank = env.rank;
+  req.local_rank = env.local_rank;
   req.comm = comm.get();
   req.data_info = {{"shards", fs::absolute(o.data).string()}, {"tokenizer", fs::absolute(tok_dir).string()}};
   LM_RETURN_IF_ERROR(model::validate(req.model));

@@ -132,7 +132,8 @@ Trainer::Trainer(const FitRequest& req, BatchSource& source, const ValSets& val)
       val_(val),
       main_rank_(req.rank == 0),
       metrics_path_(RunFolder(req.run_dir).metrics()),
-      device_(req.train.device == "cuda" ? torch::kCUDA : torch::kCPU),
+      device_(req.train.device == "cuda" ? torch::Device(torch::kCUDA, static_cast<c10::DeviceIndex>(req.local_rank))
+                                         : torch::Device(torch::kCPU)),
       bf16_(req.train.dtype == "bf16"),
       faults_(req.train) {}
 

@@ -45,6 +45,7 @@ struct FitRequest {
   Json data_info = Json::object();  // recorded in config.json (shards folder, tokenizer folder)
   int world_size = 1;
   int rank = 0;
+  int local_rank = 0;    // this rank's GPU on its node (train.device cuda): cuda:<local_rank>
   Comm* comm = nullptr;  // set for data-parallel runs (train/distributed.h)
   std::string init_from;  // HF folder from 'lmtrain export': start from its weights (not with resume)
 };

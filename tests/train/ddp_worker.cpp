@@ -60,6 +60,7 @@ int main(int argc, char** argv) {
   r.tokenizer_hash = "tok-test";
   r.world_size = env->world;
   r.rank = env->rank;
+  r.local_rank = env->local_rank;
   r.comm = comm.get();
   lm::train::testing::SyntheticSource src(r.train.micro_batch, r.train.seq_len + 1, r.model.vocab_size,
                                           env->rank, env->world);
