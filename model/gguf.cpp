@@ -116,6 +116,13 @@ void GgufWriter::add_i32_array(const std::string& key, const std::vector<int32_t
   for (int32_t x : v) put(kv_, x);
 }
 
+void GgufWriter::add_u8_array(const std::string& key, const std::string& bytes) {
+  begin_kv(key, GgufValueType::kArray);
+  put<uint32_t>(kv_, static_cast<uint32_t>(GgufValueType::kUint8));
+  put<uint64_t>(kv_, bytes.size());
+  kv_ += bytes;
+}
+
 absl::Status GgufWriter::add_tensor(const std::string& name, const torch::Tensor& t, GgmlType type) {
   if (name.size() >= 64)  // GGML_MAX_NAME, including the terminating NUL
     return absl::InvalidArgumentError(absl::StrCat("gguf tensor name '", name, "' is longer than 63 bytes"));

@@ -53,6 +53,7 @@ class GgufWriter {
   void add_string_array(const std::string& key, const std::vector<std::string>& v);
   void add_f32_array(const std::string& key, const std::vector<float>& v);
   void add_i32_array(const std::string& key, const std::vector<int32_t>& v);
+  void add_u8_array(const std::string& key, const std::string& bytes);
 
   // Stores `t` (any float dtype, any device) converted to `type`. Q8_0 needs the last dimension
   // (ggml's ne[0], the row) to be a multiple of 32; InvalidArgument otherwise.

@@ -117,6 +117,22 @@ bool read_varints(std::string_view msg, std::initializer_list<std::pair<uint32_t
   return r.ok();
 }
 
+// The last value of length-delimited field `field` of a message (empty when absent).
+bool read_bytes_field(std::string_view msg, uint32_t want, std::string& out) {
+  ProtoReader r(msg.data(), msg.size());
+  uint32_t field, wire;
+  while (!r.done() && r.tag(field, wire)) {
+    if (field == want && wire == 2) {
+      std::string_view s;
+      if (!r.bytes(s)) return false;
+      out.assign(s);
+    } else if (!r.skip(wire)) {
+      return false;
+    }
+  }
+  return r.ok();
+}
+
 // "bf16"-style names of the CLI -> ggml types of 2-D weights.
 absl::StatusOr<model::GgmlType> weight_type(const std::string& type) {
   if (type == "f32") return model::GgmlType::kF32;
@@ -144,8 +160,8 @@ void add_model_metadata(model::GgufWriter& w, const model::ModelConfig& c, const
   w.add_f32("llama.attention.layer_norm_rms_epsilon", static_cast<float>(c.norm_eps));
 }
 
-void add_tokenizer_metadata(model::GgufWriter& w, const SpmVocab& v, const SpecialTokens& sp) {
-  w.add_string("tokenizer.ggml.model", "llama");  // llama.cpp's SentencePiece tokenizer (LLAMA_VOCAB_TYPE_SPM)
+void add_tokenizer_metadata(model::GgufWriter& w, const SpmVocab& v, const SpecialTokens& sp, const std::string& model) {
+  w.add_string("tokenizer.ggml.model", model);
   w.add_string_array("tokenizer.ggml.tokens", v.pieces);
   w.add_f32_array("tokenizer.ggml.scores", v.scores);
   w.add_i32_array("tokenizer.ggml.token_type", v.types);
@@ -157,6 +173,10 @@ void add_tokenizer_metadata(model::GgufWriter& w, const SpmVocab& v, const Speci
   w.add_bool("tokenizer.ggml.add_bos_token", false);
   w.add_bool("tokenizer.ggml.add_eos_token", false);
   w.add_bool("tokenizer.ggml.add_space_prefix", v.add_dummy_prefix);
+  if (model == "t5") {
+    w.add_bool("tokenizer.ggml.remove_extra_whitespaces", v.remove_extra_whitespaces);
+    if (!v.precompiled_charsmap.empty()) w.add_u8_array("tokenizer.ggml.precompiled_charsmap", v.precompiled_charsmap);
+  }
 }
 
 }  // namespace
@@ -179,8 +199,9 @@ absl::StatusOr<SpmVocab> read_spm_vocab(const std::string& bytes, const std::str
         if (!read_varints(msg, {{3, &model_type}})) return bad("broken trainer_spec");
         v.model_type = static_cast<int32_t>(model_type);
       }
-      if (field == 3) {  // NormalizerSpec { bool add_dummy_prefix = 3; bool remove_extra_whitespaces = 4; }
+      if (field == 3) {  // NormalizerSpec { bytes precompiled_charsmap = 2; bool add_dummy_prefix = 3; bool remove_extra_whitespaces = 4; }
         if (!read_varints(msg, {{3, &dummy}, {4, &extra}})) return bad("broken normalizer_spec");
+        if (!read_bytes_field(msg, 2, v.precompiled_charsmap)) return bad("broken normalizer_spec");
         v.add_dummy_prefix = dummy != 0;
         v.remove_extra_whitespaces = extra != 0;
       }
@@ -255,7 +276,11 @@ absl::StatusOr<ExportResult> export_gguf(const GgufExportOptions& opt) {
 
   model::GgufWriter w;
   add_model_metadata(w, mc, run.filename().string(), opt.type);
-  add_tokenizer_metadata(w, vocab, sp);
+  std::string tok_model = opt.tokenizer_model;
+  if (tok_model == "auto") tok_model = vocab.model_type == 1 ? "t5" : "llama";
+  if (tok_model != "t5" && tok_model != "llama")
+    return absl::InvalidArgumentError("--gguf-tokenizer: expected auto, llama or t5, got '" + tok_model + "'");
+  add_tokenizer_metadata(w, vocab, sp, tok_model);
   int64_t params = 0;
   for (auto& [name, t] : model::module_state(*model)) {
     const std::string gname = gguf_tensor_name(name);
