@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <filesystem>
@@ -174,10 +175,16 @@ TEST(GgufWriter, Q8_0MatchesGgmlReferenceBitForBit) {
   auto r = torch::randn({static_cast<int64_t>(x.size())}) * 3;
   std::memcpy(x.data(), r.data_ptr<float>(), x.size() * 4);
   std::fill(x.begin(), x.begin() + 32, 0.0f);  // an all-zero block: d = 0, q = 0
-  for (int j = 0; j < 32; ++j) x[32 + j] = (j - 16) * 0.5f * (127.0f / 16);  // exact .5 ties round away from 0
+  // Exact ties: max 127 gives d = 1, so x * id is x itself; roundf takes 2.5 -> 3 and -0.5 -> -1
+  // (half away from zero, as ggml), where rint's half-to-even would give 2 and 0.
+  x[32] = 127.0f;
+  for (int j = 1; j < 32; ++j) x[32 + j] = (j - 16) + 0.5f;
   const std::string q = model::quantize_q8_0(x.data(), static_cast<int64_t>(x.size()));
   ASSERT_EQ(q.size(), x.size() / 32 * 34);
-  EXPECT_EQ(q, reference_q8_0(x));
+  const std::string want = reference_q8_0(x);
+  const size_t at = std::mismatch(q.begin(), q.end(), want.begin()).first - q.begin();
+  EXPECT_EQ(at, q.size()) << "first difference in block " << at / 34 << ", byte " << at % 34 << ": "
+                          << int(int8_t(q[at])) << " vs ggml's " << int(int8_t(want[at]));
   // Round trip: each value within half a step (d/2, plus d's own fp16 rounding of 2^-11 relative).
   const auto back = model::dequantize_q8_0(q);
   for (size_t b = 0; b < x.size(); b += 32) {
