@@ -75,7 +75,7 @@ else
   CMAKE_ARGS="${LM_LLAMA_CMAKE_ARGS:--DGGML_NATIVE=OFF -DLLAMA_CURL=OFF -DLLAVA_BUILD=OFF}" \
     CMAKE_BUILD_PARALLEL_LEVEL=${CMAKE_BUILD_PARALLEL_LEVEL:-$(nproc)} \
     "$LM_VENV/bin/pip" install --disable-pip-version-check --progress-bar off -q -r "$here/requirements-gguf.txt"
-  "$LM_PYTHON" -c 'import gguf, llama_cpp; print("setup: gguf", gguf.__version__ if hasattr(gguf, "__version__") else "", "llama-cpp-python", llama_cpp.__version__)'
+  "$LM_PYTHON" -c 'from importlib.metadata import version as v; print("setup: gguf", v("gguf"), "llama-cpp-python", v("llama-cpp-python"))'
   echo "$want_gguf" > "$stamp_gguf"
 fi
 

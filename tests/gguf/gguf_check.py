@@ -93,6 +93,34 @@ class Checks:
             self.failed += 1
 
 
+def isolated(c, what, fn):
+    """Runs fn(Checks) in a child process: llama.cpp aborts the process on a malformed model
+    (GGML_ABORT), which must read as one failed check, not end the run."""
+    sys.stdout.flush()
+    r, w = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        os.close(r)
+        cc = Checks()
+        try:
+            fn(cc)
+        except Exception as e:  # noqa: BLE001 - any failure of the child is a failed check
+            cc.check(False, f"{what}: {e!r}")
+        sys.stdout.flush()
+        os.write(w, f"{cc.passed} {cc.failed}".encode())
+        os._exit(0)
+    os.close(w)
+    data = os.read(r, 64)
+    os.close(r)
+    _, status = os.waitpid(pid, 0)
+    if data:
+        p, f = map(int, data.split())
+        c.passed += p
+        c.failed += f
+    else:
+        c.check(False, f"{what}: llama.cpp ended the process (wait status {status}, signal {os.WTERMSIG(status) if os.WIFSIGNALED(status) else '-'})")
+
+
 def permute(w, n_head):
     # convert_hf_to_gguf.py LlamaModel.permute: rotate_half rows -> interleaved pairs
     return w.reshape(n_head, 2, w.shape[0] // n_head // 2, *w.shape[1:]).swapaxes(1, 2).reshape(w.shape)
@@ -299,11 +327,10 @@ def stage_check(work, root):
             ids = ([1] if mode == "bos" else []) + expected_ids["tokenize"][i]
             assert len(ids) == s["prompt_tokens"], (ids, s["prompt_tokens"])
             samples.append({"name": f"{s['prompt']!r}, {mode}", "ids": ids, "tokens": s["tokens"]})
-    figures = {}
     for kind in ("f32", "f16", "q8_0"):
-        figures[kind] = check_model(c, work, kind, expected_ids, expected_logits, samples)
-    check_negative(c, work, expected_ids, expected_logits, samples)
-    check_tokenizer(c, work, texts, expected_ids)
+        isolated(c, f"{kind}: llama.cpp", lambda cc, kind=kind: check_model(cc, work, kind, expected_ids, expected_logits, samples))
+    isolated(c, "negative control", lambda cc: check_negative(cc, work, expected_ids, expected_logits, samples))
+    isolated(c, "tokenizer", lambda cc: check_tokenizer(cc, work, texts, expected_ids))
     print(f"{c.passed} passed, {c.failed} failed")
     return 0 if c.failed == 0 else 1
 
