@@ -17,15 +17,19 @@ if [ -n "${LM_GGUF_KEEP:-}" ]; then W=$LM_GGUF_KEEP; rm -rf "$W"; mkdir -p "$W";
 LMTRAIN="$BUILD/app/lmtrain"; LMEVAL="$BUILD/app/lmeval"
 export CI=true
 Q="--threads 2 -q"
-STEPS=${LM_GGUF_STEPS:-150}
+STEPS=${LM_GGUF_STEPS:-120}
+t0=$SECONDS
+phase() { echo "gguf_check: $1 done at $((SECONDS - t0)) s"; }
 
-"$LMTRAIN" tokenizer --corpus "$ROOT/data/sample/corpus.json" --vocab-size 512 --out "$W/tok" $Q >/dev/null
+"$LMTRAIN" tokenizer --corpus "$ROOT/data/sample/corpus.json" --vocab-size 512 --sample-chars 400000 --out "$W/tok" $Q >/dev/null
 "$LMTRAIN" prepare --corpus "$ROOT/data/sample/corpus.json" --tokenizer "$W/tok" --out "$W/shards" $Q >/dev/null
 cat > "$W/run.json" <<JSON
 {"train": {"steps": $STEPS, "micro_batch": 8, "seq_len": 64, "warmup_steps": 10, "lr": 0.003, "log_interval": 50,
            "checkpoint_interval": $STEPS, "keep_last": 1, "eval_interval": 0}}
 JSON
+phase "tokenizer + prepare"
 "$LMTRAIN" fit --data "$W/shards" --preset tiny --config "$W/run.json" --out "$W/run" $Q >/dev/null
+phase "fit ($STEPS steps)"
 
 for t in f32 f16 q8_0; do
   "$LMTRAIN" export --run "$W/run" --format gguf --gguf-type "$t" --out "$W/model.$t.gguf" -q >/dev/null
@@ -41,6 +45,7 @@ while IFS= read -r prompt; do
   i=$((i + 1))
 done < <(printf '%s\n' "বাংলা ভাষা" "The city of")
 
+phase "exports + lmeval sample"
 # Texts (data/sample held-out, the parallel set of /work/shared/data when present), then lmforge's
 # ids for them and its logits on the first tokens of each.
 "$PY" "$ROOT/tests/gguf/gguf_check.py" texts --work "$W" --root "$ROOT"
@@ -48,4 +53,5 @@ LM_GGUF_RUN="$W/run" LM_GGUF_TEXTS="$W/texts.json" LM_GGUF_OUT="$W" LM_GGUF_TOKE
   "$BUILD/tests/gguf/gguf_test" --gtest_also_run_disabled_tests \
   --gtest_filter='GgufExport.DISABLED_WriteExpected:GgufExport.ReadsSpmVocab*' >"$W/gtest.log" 2>&1 ||
   { cat "$W/gtest.log"; exit 1; }
+phase "lmforge ids and logits"
 "$PY" "$ROOT/tests/gguf/gguf_check.py" check --work "$W" --root "$ROOT"
