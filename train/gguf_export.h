@@ -8,9 +8,9 @@
 // attn_q/attn_k rows are permuted within each head exactly as convert_hf_to_gguf.py does.
 // Tokenizer: the pieces, scores and piece types of the run's spm.model. tokenizer.ggml.model is "t5"
 // (llama.cpp's Unigram tokenizer) for lmforge's unigram models: llama.cpp's "llama" tokenizer
-// merges pairs greedily as SentencePiece-BPE does and gave lmforge's ids on only 33 of 96 test
-// texts, "t5" on 95 (the other has a character outside the vocabulary: lmforge falls back to
-// bytes, llama.cpp's Unigram has no byte fallback and gives <unk>). add_bos_token and
+// merges pairs greedily as SentencePiece-BPE does and gave lmforge's ids on only 34 of 96 test
+// texts, "t5" on 96 (a character outside the vocabulary differs: lmforge falls back to bytes,
+// llama.cpp's Unigram has no byte fallback and gives <unk>). add_bos_token and
 // add_eos_token are false: prepared shards hold text + eos per document and no bos
 // (docs/export.md, "GGUF").
 #pragma once
