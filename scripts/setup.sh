@@ -6,7 +6,11 @@
 #     ~/.cache/lmforge/venv-torch-<version> (LM_VENV overrides), reused by every clone: LibTorch
 #     for the C++ build and the Python oracle/peer of the tests. First time: ~2.9 GB download,
 #     ~4.7 GB on disk, 3-5 minutes on a fast link.
-#  3. a CUDA compiler for LibTorch's CMake config (it needs nvcc, even though lmforge compiles
+#  3. the GGUF test oracles (scripts/requirements-gguf.txt: gguf, llama-cpp-python) into the same
+#     environment, with a stamp of their own: changing them never reinstalls torch. llama-cpp-python
+#     compiles llama.cpp (~50 minutes on 2 busy cores, docs/export.md "GGUF"); LM_SKIP_GGUF=1 skips
+#     this step (the gguf ctests then report Skipped).
+#  4. a CUDA compiler for LibTorch's CMake config (it needs nvcc, even though lmforge compiles
 #     no kernels): the system toolkit when there is one (/usr/local/cuda), else NVIDIA's
 #     nvcc/cudart wheels into the same environment.
 set -euo pipefail
@@ -55,6 +59,24 @@ else
   "$LM_VENV/bin/pip" install --disable-pip-version-check --progress-bar off -q -r "$here/requirements.txt"
   "$LM_PYTHON" -c 'import torch; print("setup: torch", torch.__version__, "CUDA", torch.version.cuda)'
   echo "$want" > "$stamp"
+fi
+
+# The GGUF test oracles. llama-cpp-python has no CPU wheel on PyPI, so pip builds llama.cpp:
+# portable code (no -march=native: the environment may move to another CPU), no libcurl (models
+# come from files here), no multimodal library (mtmd, not used).
+want_gguf=$(sha256sum "$here/requirements-gguf.txt" | cut -c1-16)
+stamp_gguf="$LM_VENV/.lmforge-requirements-gguf"
+if [ "${LM_SKIP_GGUF:-0}" = 1 ]; then
+  echo "setup: GGUF test packages skipped (LM_SKIP_GGUF=1)"
+elif [ -f "$stamp_gguf" ] && [ "$(cat "$stamp_gguf")" = "$want_gguf" ] && "$LM_PYTHON" -c 'import gguf, llama_cpp' 2>/dev/null; then
+  echo "setup: GGUF test packages present (gguf, llama-cpp-python)"
+else
+  echo "setup: installing the GGUF test packages (llama-cpp-python compiles llama.cpp: tens of minutes)"
+  CMAKE_ARGS="${LM_LLAMA_CMAKE_ARGS:--DGGML_NATIVE=OFF -DLLAMA_CURL=OFF -DLLAVA_BUILD=OFF}" \
+    CMAKE_BUILD_PARALLEL_LEVEL=${CMAKE_BUILD_PARALLEL_LEVEL:-$(nproc)} \
+    "$LM_VENV/bin/pip" install --disable-pip-version-check --progress-bar off -q -r "$here/requirements-gguf.txt"
+  "$LM_PYTHON" -c 'from importlib.metadata import version as v; print("setup: gguf", v("gguf"), "llama-cpp-python", v("llama-cpp-python"))'
+  echo "$want_gguf" > "$stamp_gguf"
 fi
 
 # nvcc for LibTorch's CMake config (scripts/build.sh looks here when no system toolkit exists).
