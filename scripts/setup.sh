@@ -5,7 +5,8 @@
 #  2. the pinned torch wheel (scripts/requirements.txt) in a virtual environment outside the clone,
 #     ~/.cache/lmforge/venv-torch-<version> (LM_VENV overrides), reused by every clone: LibTorch
 #     for the C++ build and the Python oracle/peer of the tests. First time: ~2.9 GB download,
-#     ~4.7 GB on disk, 3-5 minutes on a fast link.
+#     ~4.7 GB on disk, 3-5 minutes on a fast link. In the same environment, the real clients of the
+#     export (scripts/requirements-clients.txt: transformers, lm-eval; ~0.5 GB) for ctest -L clients.
 #  3. a CUDA compiler for LibTorch's CMake config (it needs nvcc, even though lmforge compiles
 #     no kernels): the system toolkit when there is one (/usr/local/cuda), else NVIDIA's
 #     nvcc/cudart wheels into the same environment.
@@ -42,18 +43,25 @@ else
 fi
 
 # The pinned Python environment. The stamp holds the requirements it was made from; a changed
-# pin (or a broken environment) reinstalls.
-want=$(sha256sum "$here/requirements.txt" | cut -c1-16)
+# pin (or a broken environment) reinstalls. `pip install -r` skips what is already satisfied, so a
+# line added to one file downloads only the new packages, never torch again.
+#   requirements.txt          torch, numpy, sentencepiece: LibTorch for the build, the tests' oracle
+#   requirements-clients.txt  transformers, lm-eval: the real clients of the export (ctest -L clients)
+REQUIREMENTS=(requirements.txt requirements-clients.txt)
+req_args=()
+for r in "${REQUIREMENTS[@]}"; do req_args+=(-r "$here/$r"); done
+want=$(cd "$here" && cat "${REQUIREMENTS[@]}" | sha256sum | cut -c1-16)
 stamp="$LM_VENV/.lmforge-requirements"
-if [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$want" ] && "$LM_PYTHON" -c 'import torch' 2>/dev/null; then
+if [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$want" ] && "$LM_PYTHON" -c 'import torch, transformers, lm_eval' 2>/dev/null; then
   echo "setup: torch $LM_TORCH_PIN environment present ($LM_VENV)"
 else
   base=${LM_BASE_PYTHON:-python3}
   echo "setup: making the torch $LM_TORCH_PIN environment in $LM_VENV (first time: ~2.9 GB download, a few minutes)"
   mkdir -p "$(dirname "$LM_VENV")"
   [ -x "$LM_PYTHON" ] || "$base" -m venv "$LM_VENV"
-  "$LM_VENV/bin/pip" install --disable-pip-version-check --progress-bar off -q -r "$here/requirements.txt"
-  "$LM_PYTHON" -c 'import torch; print("setup: torch", torch.__version__, "CUDA", torch.version.cuda)'
+  "$LM_VENV/bin/pip" install --disable-pip-version-check --progress-bar off -q "${req_args[@]}"
+  "$LM_PYTHON" -c 'import torch, transformers, lm_eval.api
+print("setup: torch", torch.__version__, "CUDA", torch.version.cuda, "transformers", transformers.__version__)'
   echo "$want" > "$stamp"
 fi
 
