@@ -47,12 +47,18 @@ fi
 # line added to one file downloads only the new packages, never torch again.
 #   requirements.txt          torch, numpy, sentencepiece: LibTorch for the build, the tests' oracle
 #   requirements-clients.txt  transformers, lm-eval: the real clients of the export (ctest -L clients)
-REQUIREMENTS=(requirements.txt requirements-clients.txt)
+# The Dockerfiles copy only requirements.txt: the product images carry no test-only clients.
+REQUIREMENTS=(requirements.txt)
+check='import torch'
+if [ -f "$here/requirements-clients.txt" ]; then
+  REQUIREMENTS+=(requirements-clients.txt)
+  check='import torch, transformers, lm_eval'
+fi
 req_args=()
 for r in "${REQUIREMENTS[@]}"; do req_args+=(-r "$here/$r"); done
 want=$(cd "$here" && cat "${REQUIREMENTS[@]}" | sha256sum | cut -c1-16)
 stamp="$LM_VENV/.lmforge-requirements"
-if [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$want" ] && "$LM_PYTHON" -c 'import torch, transformers, lm_eval' 2>/dev/null; then
+if [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$want" ] && "$LM_PYTHON" -c "$check" 2>/dev/null; then
   echo "setup: torch $LM_TORCH_PIN environment present ($LM_VENV)"
 else
   base=${LM_BASE_PYTHON:-python3}
@@ -60,8 +66,8 @@ else
   mkdir -p "$(dirname "$LM_VENV")"
   [ -x "$LM_PYTHON" ] || "$base" -m venv "$LM_VENV"
   "$LM_VENV/bin/pip" install --disable-pip-version-check --progress-bar off -q "${req_args[@]}"
-  "$LM_PYTHON" -c 'import torch, transformers, lm_eval.api
-print("setup: torch", torch.__version__, "CUDA", torch.version.cuda, "transformers", transformers.__version__)'
+  "$LM_PYTHON" -c "$check"'; print("setup: torch", torch.__version__, "CUDA", torch.version.cuda)'
+  "$LM_PYTHON" -m pip list --disable-pip-version-check 2>/dev/null | grep -iE '^(transformers|lm.eval) ' | sed 's/^/setup: /' || true
   echo "$want" > "$stamp"
 fi
 
