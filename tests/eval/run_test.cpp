@@ -35,7 +35,7 @@ namespace fs = std::filesystem;
 
 constexpr uint64_t kSeed = 42;
 constexpr int kSteps = 80;
-constexpr const char* kFolderVersion = "eval_test_run v1\n";
+constexpr const char* kFolderVersion = "eval_test_run v2\n";  // v2: complete checkpoint (lmtrain export)
 
 std::vector<std::string> read_docs(const std::string& file, const std::string& format, size_t n) {
   std::vector<std::string> docs;
@@ -153,6 +153,15 @@ class RunFolder : public ::testing::Test {
     }
     LM_RETURN_IF_ERROR(model::save_safetensors(run_dir + "/checkpoints/step-00000080/model.safetensors",
                                                model::module_state(*m)));
+    // What makes the checkpoint complete for `lmtrain export` (tests/export/hf_transformers_check.py,
+    // tests/eval/harness_check.py): trainer.json and an optimizer file. Export reads neither's
+    // tensors, and nothing resumes from this run, so the optimizer file holds no moments.
+    const std::string ckpt = run_dir + "/checkpoints/step-00000080";
+    LM_RETURN_IF_ERROR(model::save_safetensors(ckpt + "/optimizer.safetensors", {}));
+    LM_RETURN_IF_ERROR(write_json_file(ckpt + "/trainer.json",
+                                       Json{{"step", kSteps}, {"tokens", int64_t{kSteps} * B * T},
+                                            {"data_cursor", 0}, {"config", config}, {"tokenizer_hash", tok.hash()},
+                                            {"world_size", 1}, {"written_by", "tests/eval/run_test.cpp"}}));
     LM_RETURN_IF_ERROR(write_file_atomic(run_dir + "/latest", "step-00000080\n"));
 
     // Validation shards in the data pipeline's format.
