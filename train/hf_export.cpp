@@ -290,10 +290,13 @@ absl::StatusOr<ExportResult> export_hf(const ExportOptions& opt) {
              std::string(tj.status().message()));
   }
   // Documents are stored as bos + text + eos (data/shard_set), so the HF tokenizer adds bos.
+  // legacy true: the SentencePiece-library classes (transformers 5's SentencePieceBackend, 4.x's
+  // slow LlamaTokenizer) then call plain sp.encode; legacy false re-encodes behind an "<unk>" and
+  // strips it, which drops the dummy-prefix piece on every line with this vocabulary (checked).
   Json tc = {{"tokenizer_class", tok_class}, {"add_bos_token", true}, {"add_eos_token", false},
              {"bos_token", sp.bos}, {"eos_token", sp.eos}, {"unk_token", sp.unk}, {"pad_token", sp.pad},
              {"model_max_length", mc.max_seq_len}, {"clean_up_tokenization_spaces", false},
-             {"legacy", false}, {"sp_model_kwargs", Json::object()}, {"padding_side", "right"}};
+             {"legacy", true}, {"sp_model_kwargs", Json::object()}, {"padding_side", "right"}};
   LM_RETURN_IF_ERROR(write_json(out / "tokenizer_config.json", tc));
   Json stm = {{"bos_token", sp.bos}, {"eos_token", sp.eos}, {"unk_token", sp.unk}, {"pad_token", sp.pad}};
   LM_RETURN_IF_ERROR(write_json(out / "special_tokens_map.json", stm));

@@ -248,13 +248,12 @@ def check_run(a):
             ids = [i if i[:1] == [bos] else [bos] + i for i in ids]
             eq = sum(i == [bos] + y for i, y in zip(ids, per_line))
             rt = sum(tk.decode(i, skip_special_tokens=True) == x for i, x in zip(ids, lines))
-            tok_ok = tok_ok and eq == len(lines) and rt == len(lines)
+            # The slow class leaves byte-fallback pieces as "<0x21>" in decode (a transformers 5.25
+            # SentencePieceBackend limitation): its round trips are counted, not required.
+            tok_ok = tok_ok and eq == len(lines) and (rt == len(lines) or kind == "slow")
             print(f"{label}: {kind} {type(tk).__name__}: ids equal lmforge's on {eq} of {len(lines)} lines; "
                   f"decode round trip exact on {rt} of {len(lines)}")
-    if not tok_ok:
-        print("KNOWN DEFECT (docs/export.md): transformers 5's tokenizers do not reproduce the exported SentencePiece "
-              "unigram model's ids" + ("" if a.strict_tokenizer else "; --strict-tokenizer makes this fatal"))
-    return ok and (tok_ok or not a.strict_tokenizer)
+    return ok and tok_ok
 
 
 def main():
@@ -271,7 +270,6 @@ def main():
     ap.add_argument("--parallel", default=os.path.join(REPO, "..", "shared", "data", "sample", "bn_en_parallel_200.jsonl"),
                     help="part run: parallel Bangla/English JSONL (skipped when absent)")
     ap.add_argument("--perturb", action="store_true", help="part run: change one exported weight (must fail)")
-    ap.add_argument("--strict-tokenizer", action="store_true", help="part run: tokenizer id mismatches fail")
     a = ap.parse_args()
     skip_unless_importable(a.part)  # before any work, so a skip costs nothing
     fx = a.fixture or a.work
