@@ -86,6 +86,7 @@ def main():
     ap.add_argument("--run", help="run folder to score (default: WORK/runs/tiny)")
     ap.add_argument("--out", help="folder for the export and results (default: WORK/harness)")
     ap.add_argument("--break", dest="broken", default="", choices=["", "swap"])
+    ap.add_argument("--prefix", default="", help="lmeval mc --prefix (default: lmeval's own, bos)")
     a = ap.parse_args()
     skip_unless_importable()
     tasks = [t for t in a.tasks.split(",") if t]
@@ -121,7 +122,8 @@ def main():
     run([a.lmtrain, "export", "--run", run_dir, "--out", export, "--dtype", "fp32", "-q"], stdout=subprocess.DEVNULL)
     samples = os.path.join(out, "mc_samples.jsonl")
     run([a.lmeval, "mc", "--run", run_dir, "--data-dir", bench, "--tasks", ",".join(tasks), "--limit", str(a.limit),
-         "--log-samples", samples, "--out", os.path.join(out, "mc.json"), "-q"], stdout=subprocess.DEVNULL)
+         "--log-samples", samples, "--out", os.path.join(out, "mc.json"), "-q"]
+        + (["--prefix", a.prefix] if a.prefix else []), stdout=subprocess.DEVNULL)
     mc = json.load(open(os.path.join(out, "mc.json")))
     ours = {}
     for line in open(samples):
@@ -135,7 +137,8 @@ def main():
         shutil.rmtree(broken, ignore_errors=True)
         shutil.copytree(include, broken)
         p = os.path.join(broken, "piqa.yaml")
-        open(p, "w").write(open(p).read().replace("{{[sol1, sol2]}}", "{{[sol2, sol1]}}"))
+        text = open(p).read()
+        open(p, "w").write(text.replace("{{[sol1, sol2]}}", "{{[sol2, sol1]}}"))
         include = broken
 
     os.environ.update(HF_HUB_OFFLINE="1", HF_DATASETS_OFFLINE="1", TRANSFORMERS_OFFLINE="1", LM_BENCH_DIR=bench)
