@@ -12,6 +12,7 @@
 
 #include <unistd.h>
 
+#include "absl/strings/str_split.h"
 #include "core/config.h"
 #include "core/file.h"
 #include "core/log.h"
@@ -255,6 +256,36 @@ TEST_F(RunFolder, NllTextSlidingWindow) {
   EXPECT_EQ(run_nll(o).status().code(), absl::StatusCode::kInvalidArgument);  // both --data and --text
 }
 
+// --docs harness: every document alone, EOS never scored. Against the stream definition on the
+// same text (D documents): D - 1 fewer targets (the stream scores D EOS but not its first token),
+// and D - 1 fewer bytes (decoded on its own, each document loses the space its dummy prefix
+// decodes to in the joined text). Both definitions are named in the JSON.
+TEST_F(RunFolder, NllHarnessDefinitionScoresDocumentsAlone) {
+  NllOptions o;
+  o.run.run = run();
+  o.run.print = false;
+  o.run.out = dir() + "/nll_docs.json";
+  o.text = heldout();
+  auto stream = run_nll(o);
+  LM_ASSERT_OK(stream.status());
+  o.docs = "harness";
+  auto harness = run_nll(o);
+  LM_ASSERT_OK(harness.status());
+  auto text = read_file(heldout());
+  ASSERT_TRUE(text.ok());
+  int64_t docs = 0;
+  for (std::string_view line : absl::StrSplit(*text, '\n')) docs += !line.empty();
+  const Json& a = (*stream)["languages"]["text"]["model"];
+  const Json& b = (*harness)["languages"]["text"]["model"];
+  EXPECT_EQ(b["tokens"].get<int64_t>(), a["tokens"].get<int64_t>() - (docs - 1));
+  EXPECT_EQ(b["bytes"].get<int64_t>(), a["bytes"].get<int64_t>() - (docs - 1));
+  EXPECT_EQ((*stream)["docs"], "stream");
+  EXPECT_EQ((*harness)["docs"], "harness");
+  EXPECT_NE((*harness)["definition"].get<std::string>().find("EOS never scored"), std::string::npos);
+  o.stride = 16;
+  EXPECT_EQ(run_nll(o).status().code(), absl::StatusCode::kInvalidArgument);  // rolling windows only
+}
+
 TEST_F(RunFolder, McOnSampleBenchWithTwin) {
   const std::string bench = std::string(LM_SOURCE_DIR) + "/../shared/data/sample/bench";
   if (!fs::exists(bench)) GTEST_SKIP() << bench << " absent";
@@ -274,9 +305,16 @@ TEST_F(RunFolder, McOnSampleBenchWithTwin) {
     EXPECT_EQ(tj["n"], 6) << t;
     EXPECT_GE(tj["acc"].get<double>(), 0.0);
     EXPECT_TRUE(tj.contains("paired_acc")) << t;
-    EXPECT_TRUE(tj["twin"].contains("acc_norm")) << t;
+    // The harness reports acc only for WinoGrande: no acc_norm anywhere.
+    const bool norm = std::string(t) != "winogrande";
+    EXPECT_EQ(tj["twin"].contains("acc_norm"), norm) << t;
+    EXPECT_EQ(tj.contains("acc_norm"), norm) << t;
+    EXPECT_EQ(tj.contains("paired_acc_norm"), norm) << t;
+    EXPECT_TRUE(tj.contains("truncated")) << t;
   }
   EXPECT_DOUBLE_EQ((*j)["tasks"]["piqa"]["chance"].get<double>(), 0.5);
+  EXPECT_EQ((*j)["prefix"], "bos");  // the harness's behaviour on our export is the default
+  EXPECT_NE((*j)["prefix_rule"].get<std::string>().find("lm-evaluation-harness"), std::string::npos);
   std::ifstream in(o.log_samples);
   int lines = 0;
   for (std::string l; std::getline(in, l);) ++lines;
