@@ -3,6 +3,7 @@
 with lmforge's own numbers (written by export_test's DISABLED_WriteTransformersFixture).
 
 usage: hf_transformers_check.py --part model|tokenizer|spm (--fixture DIR | --work DIR --export-test BIN)
+       hf_transformers_check.py --part run --work DIR [--eval-test BIN] --lmtrain BIN --lmeval BIN [--perturb]
 
   model      transformers.LlamaForCausalLM.from_pretrained (fp32, eager attention) on a tied and an
              untied export: logits equal lmforge's within 1e-4; greedy model.generate (with the
@@ -10,9 +11,12 @@ usage: hf_transformers_check.py --part model|tokenizer|spm (--fixture DIR | --wo
   tokenizer  transformers.LlamaTokenizer.from_pretrained (slow, tokenizer.model) and AutoTokenizer
              (whatever transformers picks) encode Bangla/English sentences to lmforge's ids.
   spm        Python SentencePiece on the exported tokenizer.model: same ids as lmforge (+ bos).
+  run        the trained test run (eval_test's RunFolder) through `lmtrain export` (fp32, bf16):
+             per-token log-probs vs `lmeval nll` (fp32 1e-4, bf16 0.25 nats), 50 greedy tokens vs
+             `lmeval sample`, slow/fast tokenizer ids vs lmforge's on held-out and parallel text.
 
 Exit 0: match; 1: mismatch; 77: skipped (ctest SKIP_RETURN_CODE) when the library the part needs
-is not importable (this machine: no transformers, no python3-sentencepiece by default).
+is not importable (scripts/setup.sh installs them).
 --work/--export-test run the fixture writer first, so ctest needs no set-up.
 """
 import argparse
