@@ -27,6 +27,10 @@ void add_nll(CLI::App& app, Registry& reg) {
   sub->add_option("--stride", o.stride, "0 = non-overlapping windows; 0 < S < seq-len: sliding by S tokens")
       ->capture_default_str();
   sub->add_option("--max-tokens", o.max_tokens, "score at most N tokens per language (0 = all)")->capture_default_str();
+  sub->add_option("--docs", o.docs,
+                  "stream: the token stream as in training (documents joined by EOS, EOS scored); harness: "
+                  "lm-evaluation-harness's definition (each document alone after BOS, EOS never scored)")
+      ->capture_default_str();
   sub->add_option("--dump-tokens", o.dump_tokens, "write every window's tokens and per-token NLL to this JSON");
   sub->footer(
       "Examples:\n"

@@ -106,6 +106,15 @@ TokenIds text_stream(const tokenizer::Tokenizer& tok, const std::string& text) {
 
 }  // namespace
 
+std::string prefix_rule(const std::string& prefix) {
+  if (prefix == "bos")
+    return "BOS before every context: what lm-evaluation-harness >= 0.4.10 (hf model) does with this export's "
+           "tokenizer (add_bos_token true); the default";
+  if (prefix == "eos")
+    return "EOS before every context: where the shards start a document (prepare appends EOS to each)";
+  return "nothing before the context: lm-evaluation-harness <= 0.4.9.1";
+}
+
 absl::StatusOr<Json> run_nll(const NllOptions& o) {
   if (o.data.empty() == o.text.empty()) return absl::InvalidArgumentError("give exactly one of --data or --text");
   LM_ASSIGN_OR_RETURN(Models m, load_models(o.run));
@@ -116,12 +125,33 @@ absl::StatusOr<Json> run_nll(const NllOptions& o) {
   if (o.stride < 0 || o.stride > seq_len)
     return absl::InvalidArgumentError(absl::StrCat("--stride must lie in [0, seq_len=", seq_len, "]"));
 
+  if (o.docs != "stream" && o.docs != "harness")
+    return absl::InvalidArgumentError("--docs: expected stream or harness, got '" + o.docs + "'");
+  const bool harness = o.docs == "harness";
+  if (harness && o.stride != 0)
+    return absl::InvalidArgumentError("--docs harness uses the harness's rolling windows; drop --stride");
+  // harness: each document's bytes decoded on its own, per language.
+  std::map<std::string, std::pair<int64_t, int64_t>> doc_text;
+  auto windows_of = [&](const std::string& lang, const TokenIds& stream, int64_t budget) {
+    if (!harness) return make_windows(stream, seq_len, o.stride, budget);
+    std::vector<Window> out;
+    int64_t scored = 0;
+    for (const auto& doc : split_documents(stream, m.run.tokenizer.eos_id())) {
+      if (budget > 0 && scored >= budget) break;
+      for (auto& w : harness_rolling_windows(doc, m.run.tokenizer.bos_id(), seq_len)) out.push_back(std::move(w));
+      scored += static_cast<int64_t>(doc.size());
+      const std::string text = m.run.tokenizer.decode(doc);
+      doc_text[lang].first += static_cast<int64_t>(text.size());
+      doc_text[lang].second += utf8_length(text);
+    }
+    return out;
+  };
   // Windows per language: within each validation shard (as the trainer's val loss), or the text.
   std::vector<std::pair<std::string, std::vector<Window>>> langs;
   if (!o.text.empty()) {
     LM_ASSIGN_OR_RETURN(std::string text, read_text_file(o.text));
     const std::string name = o.langs.empty() ? "text" : o.langs[0];
-    langs.emplace_back(name, make_windows(text_stream(m.run.tokenizer, text), seq_len, o.stride, o.max_tokens));
+    langs.emplace_back(name, windows_of(name, text_stream(m.run.tokenizer, text), o.max_tokens));
   } else {
     LM_ASSIGN_OR_RETURN(auto set, data::ShardSet::open(o.data));
     LM_RETURN_IF_ERROR(set.check_tokenizer(m.run.tokenizer.hash(), m.run.tokenizer.vocab_size()));
@@ -137,7 +167,7 @@ absl::StatusOr<Json> run_nll(const NllOptions& o) {
         if (o.max_tokens > 0 && budget <= 0) break;
         TokenIds stream(r.size());
         r.copy(0, r.size(), stream.data());
-        auto w = make_windows(stream, seq_len, o.stride, o.max_tokens > 0 ? budget : 0);
+        auto w = windows_of(lang, stream, o.max_tokens > 0 ? budget : 0);
         for (const auto& x : w) budget -= static_cast<int64_t>(x.tokens.size()) - x.first_target;
         all.insert(all.end(), std::make_move_iterator(w.begin()), std::make_move_iterator(w.end()));
       }
@@ -150,11 +180,20 @@ absl::StatusOr<Json> run_nll(const NllOptions& o) {
   result["source"] = o.text.empty() ? o.data : o.text;
   result["seq_len"] = seq_len;
   result["stride"] = o.stride;
-  result["windows"] = o.stride == 0 || o.stride == seq_len
+  result["docs"] = o.docs;
+  result["definition"] =
+      harness ? "lm-evaluation-harness loglikelihood_rolling: each document (a line of --text, or the tokens "
+                "between EOS in a shard) on its own after BOS, rolling windows of seq_len, EOS never scored"
+              : "token stream as in training: documents joined by EOS, every EOS prediction scored, windows "
+                "run across documents";
+  result["windows"] = harness ? "harness rolling: the first window after BOS, later ones with seq_len tokens of context"
+                      : o.stride == 0 || o.stride == seq_len
                           ? "non-overlapping: every token after the first of each shard scored once"
                           : "sliding: each token scored once with >= seq_len - stride tokens of context";
   result["bytes_rule"] =
-      "bytes/chars = UTF-8 bytes / code points of tokenizer.decode(all scored tokens); bits = nats / ln 2";
+      harness ? "bytes/chars = sum over documents of the UTF-8 bytes / code points of tokenizer.decode(document); "
+                "bits = nats / ln 2"
+              : "bytes/chars = UTF-8 bytes / code points of tokenizer.decode(all scored tokens); bits = nats / ln 2";
   result["languages"] = Json::object();
   Json dump = Json::object();
   dump["run"] = o.run.run;
@@ -172,6 +211,7 @@ absl::StatusOr<Json> run_nll(const NllOptions& o) {
     LM_ASSIGN_OR_RETURN(row.model, score_windows(windows, scorer_for(m.run.model, m.scorer, "nll " + lang + " model"),
                                                  &per_model));
     count_text(row.model, windows, decode);
+    if (harness) row.model.bytes = doc_text[lang].first, row.model.chars = doc_text[lang].second;
     Json lj = Json{{"model", nll_to_json(row.model)}};
     if (o.run.twin) {
       LM_ASSIGN_OR_RETURN(row.twin, score_windows(windows, scorer_for(m.twin, m.scorer, "nll " + lang + " twin"),
@@ -203,7 +243,10 @@ absl::StatusOr<Json> run_nll(const NllOptions& o) {
   LM_RETURN_IF_ERROR(write_result(o.run, "nll", result));
 
   if (o.run.print) {
-    std::printf("NLL  run %s  step %ld  seq_len %ld  stride %ld\n", o.run.run.c_str(), m.run.step, seq_len, o.stride);
+    std::printf("NLL  run %s  step %ld  seq_len %ld  stride %ld  docs %s (%s)\n", o.run.run.c_str(), m.run.step,
+                seq_len, o.stride, o.docs.c_str(),
+                harness ? "each document alone, EOS not scored: the harness's definition"
+                        : "stream as in training, EOS scored");
     std::printf("%-6s %10s  %12s %10s %10s %10s", "lang", "tokens", "nats/token", "ppl", "bits/byte", "bits/char");
     if (o.run.twin) std::printf("  | %12s %10s %10s  | %10s", "twin nats/tok", "twin ppl", "bits/byte", "diff nats");
     std::printf("\n");
@@ -243,8 +286,8 @@ absl::StatusOr<Json> run_mc(const McOptions& o) {
       return absl::InvalidArgumentError(absl::StrCat("--tasks: unknown task '", n, "' (known: ",
                                                      absl::StrJoin(known, ","), ", benqa, all)"));
   }
-  if (o.prefix != "eos" && o.prefix != "bos" && o.prefix != "none")
-    return absl::InvalidArgumentError("--prefix: expected eos, bos or none, got '" + o.prefix + "'");
+  if (o.prefix != "bos" && o.prefix != "eos" && o.prefix != "none")
+    return absl::InvalidArgumentError("--prefix: expected bos, eos or none, got '" + o.prefix + "'");
   // Load every task first so a missing file is reported before minutes of scoring.
   std::vector<McTask> tasks;
   Json missing = Json::object();
@@ -273,6 +316,7 @@ absl::StatusOr<Json> run_mc(const McOptions& o) {
   result["data_dir"] = o.data_dir;
   result["limit"] = o.limit;
   result["prefix"] = o.prefix;
+  result["prefix_rule"] = prefix_rule(o.prefix);
   result["scoring"] =
       "zero-shot, lm-evaluation-harness prompts; score = sum of continuation token log-probs with the harness's "
       "_encode_pair; acc_norm divides by the choice's length in characters (delimiter excluded), acc_bytes by "
@@ -293,8 +337,12 @@ absl::StatusOr<Json> run_mc(const McOptions& o) {
     std::printf("  split\n");
   }
   for (const auto& task : tasks) {
+    const int64_t window = m.run.config.max_seq_len;
     LM_ASSIGN_OR_RETURN(TaskScoring sm, score_task(task, encode, scorer_for(m.run.model, m.scorer, task.name + " model"),
-                                                   prefix));
+                                                   prefix, window));
+    if (sm.truncated > 0)
+      log_warn("%s: %d of %d requests are longer than the model's context (%d + 1 tokens): their contexts are "
+               "cut from the left, as the harness does", task.name, sm.truncated, sm.requests.size(), window);
     if (sm.boundary_mismatches > 0)
       log_info("%s: %d of %d requests: encode(context) is not a prefix of encode(context + continuation); "
                "scored as the harness does (docs/eval.md)", task.name, sm.boundary_mismatches, sm.requests.size());
@@ -303,11 +351,18 @@ absl::StatusOr<Json> run_mc(const McOptions& o) {
     tj["split"] = task.split;
     tj["source"] = task.source;
     tj["boundary_mismatches"] = sm.boundary_mismatches;
+    tj["truncated"] = sm.truncated;
+    if (!task.note.empty()) tj["note"] = task.note;
+    if (task.acc_only) {
+      for (const char* k : {"acc_norm", "acc_norm_stderr", "acc_bytes", "acc_bytes_stderr"}) tj.erase(k);
+      tj["metrics"] = "acc only, as the harness reports this task";
+    }
     TaskScoring st;
     TaskMetrics tm;
     PairedTest pa, pn;
     if (o.run.twin) {
-      LM_ASSIGN_OR_RETURN(st, score_task(task, encode, scorer_for(m.twin, m.scorer, task.name + " twin"), prefix));
+      LM_ASSIGN_OR_RETURN(st, score_task(task, encode, scorer_for(m.twin, m.scorer, task.name + " twin"), prefix,
+                                         window));
       tm = task_metrics(st.examples, task.chance());
       std::vector<bool> a, b, an, bn;
       for (size_t i = 0; i < sm.examples.size(); ++i) {
@@ -320,7 +375,11 @@ absl::StatusOr<Json> run_mc(const McOptions& o) {
       pn = mcnemar(an, bn);
       tj["twin"] = metrics_to_json(tm);
       tj["paired_acc"] = paired_to_json(pa);
-      tj["paired_acc_norm"] = paired_to_json(pn);
+      if (task.acc_only) {
+        for (const char* k : {"acc_norm", "acc_norm_stderr", "acc_bytes", "acc_bytes_stderr"}) tj["twin"].erase(k);
+      } else {
+        tj["paired_acc_norm"] = paired_to_json(pn);
+      }
     }
     result["tasks"][task.name] = tj;
     if (samples.is_open()) {
@@ -349,10 +408,12 @@ absl::StatusOr<Json> run_mc(const McOptions& o) {
     }
     if (o.run.print) {
       auto pm = [](const Metric& x) { return absl::StrFormat("%.4f±%.4f", x.mean, x.stderr_); };
+      auto pn_or_dash = [&](const Metric& x) { return task.acc_only ? std::string("-") : pm(x); };
       std::printf("%-14s %6ld %7.4f  %15s %15s %15s", task.name.c_str(), mm.n, mm.chance, pm(mm.acc).c_str(),
-                  pm(mm.acc_norm).c_str(), pm(mm.acc_bytes).c_str());
+                  pn_or_dash(mm.acc_norm).c_str(), pn_or_dash(mm.acc_bytes).c_str());
       if (o.run.twin)
-        std::printf("  | %15s %15s  %9.3g %9.3g", pm(tm.acc).c_str(), pm(tm.acc_norm).c_str(), pa.p_value, pn.p_value);
+        std::printf("  | %15s %15s  %9.3g %9s", pm(tm.acc).c_str(), pn_or_dash(tm.acc_norm).c_str(), pa.p_value,
+                    task.acc_only ? "-" : absl::StrFormat("%.3g", pn.p_value).c_str());
       std::printf("  %s\n", task.split.c_str());
       std::fflush(stdout);
     }

@@ -29,6 +29,40 @@ std::vector<Window> make_windows(const TokenIds& stream, int64_t seq_len, int64_
   return out;
 }
 
+std::vector<Window> harness_rolling_windows(const TokenIds& doc, int32_t prefix, int64_t seq_len) {
+  std::vector<Window> out;
+  const int64_t n = static_cast<int64_t>(doc.size());
+  if (n == 0 || seq_len < 1) return out;
+  const int64_t first = std::min(seq_len, n);
+  Window w0;
+  w0.tokens.push_back(prefix);
+  w0.tokens.insert(w0.tokens.end(), doc.begin(), doc.begin() + first);
+  w0.first_target = 1;
+  out.push_back(std::move(w0));
+  for (int64_t predicted = first; predicted < n;) {
+    const int64_t pred = std::min(n - predicted, seq_len), end = predicted + pred;
+    Window w;  // inputs doc[end-L-1 : end-1], targets the last `pred` of doc[.. end)
+    w.tokens.assign(doc.begin() + (end - seq_len - 1), doc.begin() + end);
+    w.first_target = static_cast<int64_t>(w.tokens.size()) - pred;
+    out.push_back(std::move(w));
+    predicted = end;
+  }
+  return out;
+}
+
+std::vector<TokenIds> split_documents(const TokenIds& stream, int32_t eos) {
+  std::vector<TokenIds> docs(1);
+  for (int32_t t : stream) {
+    if (t == eos) {
+      if (!docs.back().empty()) docs.emplace_back();
+    } else {
+      docs.back().push_back(t);
+    }
+  }
+  if (docs.back().empty()) docs.pop_back();
+  return docs;
+}
+
 double NllStats::perplexity() const { return std::exp(nats_per_token()); }
 double NllStats::bits_per_byte() const { return bytes ? sum_nats / std::log(2.0) / bytes : 0; }
 double NllStats::bits_per_char() const { return chars ? sum_nats / std::log(2.0) / chars : 0; }

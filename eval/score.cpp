@@ -48,15 +48,23 @@ void decide(ExampleResult& ex) {
 }
 
 absl::StatusOr<TaskScoring> score_task(const McTask& task, const Encoder& encode, const Scorer& scorer,
-                                       const TokenIds& prefix) {
+                                       const TokenIds& prefix, int64_t window) {
   TaskScoring out;
   for (const auto& ex : task.examples) {
     for (size_t c = 0; c < ex.contexts.size(); ++c) {
       bool ok = true;
       out.requests.push_back(encode_pair(encode, ex.contexts[c], ex.continuations[c], prefix, &ok));
-      if (out.requests.back().continuation.empty())
+      const TokenRequest& r = out.requests.back();
+      if (r.continuation.empty())
         return absl::InvalidArgumentError(absl::StrCat(task.name, " example ", ex.id, " choice ", c,
                                                        ": the continuation encodes to no tokens"));
+      const auto n_ctx = static_cast<int64_t>(r.context.size()), n_cont = static_cast<int64_t>(r.continuation.size());
+      if (window > 0 && n_cont > window)
+        return absl::InvalidArgumentError(absl::StrCat(
+            task.name, " example ", ex.id, " choice ", c, ": the continuation is ", n_cont,
+            " tokens, longer than the model's context of ", window,
+            " (the harness refuses it too; use a model with a longer max_seq_len or drop the task)"));
+      out.truncated += window > 0 && n_ctx + n_cont > window + 1;
       out.boundary_mismatches += !ok;
     }
   }

@@ -57,9 +57,14 @@ struct TaskScoring {
   std::vector<ExampleResult> examples;
   std::vector<TokenRequest> requests;  // parallel to the flattened choices, for --log-samples
   int64_t boundary_mismatches = 0;     // requests whose context encoding was not a prefix
+  int64_t truncated = 0;  // requests longer than window + 1 tokens: the context is cut from the left
 };
+// `window` > 0 is the model's context (max_seq_len): a request of more than window + 1 tokens
+// is counted in `truncated` (the scorer keeps its last window + 1, as the harness, which warns),
+// and a continuation of more than `window` tokens is refused with InvalidArgument (the harness
+// asserts len(continuation_enc) <= max_length), naming the task, example and lengths.
 absl::StatusOr<TaskScoring> score_task(const McTask& task, const Encoder& encode, const Scorer& scorer,
-                                       const TokenIds& prefix);
+                                       const TokenIds& prefix, int64_t window = 0);
 
 // Fills pred / pred_norm / pred_bytes from the choices.
 void decide(ExampleResult& ex);

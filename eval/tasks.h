@@ -30,6 +30,12 @@ struct McTask {
   std::string source;  // file read
   std::string split;   // "validation", "dev (ARC Dev, not the harness's Test split)", ...
   std::vector<McExample> examples;
+  // The harness reports acc only (WinoGrande: acc_norm would divide by the *context* length and
+  // favour the longer option; COPA: its yaml lists acc alone): no acc_norm / acc_bytes then.
+  bool acc_only = false;
+  // HellaSwag from the text export: items whose ctx_b was recovered and capitalised (see
+  // hellaswag_split_export_line); empty otherwise.
+  std::string note;
   // Mean of 1/num_choices over the examples: the expected accuracy of a random guess.
   double chance() const;
 };
@@ -55,6 +61,18 @@ McExample hellaswag_example(const std::string& query, const std::vector<std::str
 McExample hellaswag_from_fields(const std::string& activity_label, const std::string& ctx_a,
                                 const std::string& ctx_b, const std::vector<std::string>& endings,
                                 int label);
+// The llama.cpp text export's query line is preprocess(activity_label + ": " + ctx_a + " " + ctx_b)
+// with ctx_b *not* capitalised and the fields lost. HellaSwag's ctx_b is the lower-case start of
+// the context's last sentence (ActivityNet and WikiHow alike), so the text after the last
+// sentence end (". ", "! ", "? ") is taken as ctx_b when it starts with a lower-case ASCII letter
+// (3,243 of the 10,042 validation items), else ctx_b is empty. activity_label is the text before
+// the first ": ". The three fields then go through hellaswag_from_fields, i.e. the harness's own
+// capitalize + preprocess (tests/eval/harness_check.py splits the same way and calls the
+// harness's process_docs).
+struct HellaswagFields {
+  std::string activity_label, ctx_a, ctx_b;
+};
+HellaswagFields hellaswag_split_export_line(const std::string& line);
 // PIQA, ARC, BEnQA-en: "Question: <q>\nAnswer:" + " <choice>". `question_word`/`answer_word`
 // let BEnQA-bn use the Bangla words.
 McExample question_answer_example(const std::string& question, const std::vector<std::string>& choices,

@@ -10,6 +10,7 @@
 #include "core/run_folder.h"
 #include "model/safetensors.h"
 #include "train/checkpoint.h"
+#include "train/hf_tokenizer.h"
 
 namespace lm::train {
 namespace fs = std::filesystem;
@@ -261,11 +262,25 @@ absl::StatusOr<ExportResult> export_hf(const ExportOptions& opt) {
   LM_RETURN_IF_ERROR(write_json(out / "generation_config.json", gen));
   LM_ASSIGN_OR_RETURN(std::string spm_bytes, read_file(spm.string()));
   LM_RETURN_IF_ERROR(write_file_atomic((out / "tokenizer.model").string(), spm_bytes));
+  // tokenizer.json: what AutoTokenizer loads in transformers 5 (tokenizers only). With it the class
+  // is the generic PreTrainedTokenizerFast, because LlamaTokenizer would rebuild a BPE model and
+  // ignore the file (train/hf_tokenizer.h). Without it (BPE or user-defined pieces) LlamaTokenizer.
+  std::string tok_class = "LlamaTokenizer";
+  if (auto tj = hf_tokenizer_json(spm_bytes, sp, spm.string()); tj.ok()) {
+    LM_RETURN_IF_ERROR(write_file_atomic((out / "tokenizer.json").string(), tj->dump()));
+    tok_class = "PreTrainedTokenizerFast";
+  } else {
+    log_warn("no tokenizer.json: %s; transformers will convert tokenizer.model itself (check its ids)",
+             std::string(tj.status().message()));
+  }
   // Documents are stored as bos + text + eos (data/shard_set), so the HF tokenizer adds bos.
-  Json tc = {{"tokenizer_class", "LlamaTokenizer"}, {"add_bos_token", true}, {"add_eos_token", false},
+  // legacy true: the SentencePiece-library classes (transformers 5's SentencePieceBackend, 4.x's
+  // slow LlamaTokenizer) then call plain sp.encode; legacy false re-encodes behind an "<unk>" and
+  // strips it, which drops the dummy-prefix piece on every line with this vocabulary (checked).
+  Json tc = {{"tokenizer_class", tok_class}, {"add_bos_token", true}, {"add_eos_token", false},
              {"bos_token", sp.bos}, {"eos_token", sp.eos}, {"unk_token", sp.unk}, {"pad_token", sp.pad},
              {"model_max_length", mc.max_seq_len}, {"clean_up_tokenization_spaces", false},
-             {"legacy", false}, {"sp_model_kwargs", Json::object()}, {"padding_side", "right"}};
+             {"legacy", true}, {"sp_model_kwargs", Json::object()}, {"padding_side", "right"}};
   LM_RETURN_IF_ERROR(write_json(out / "tokenizer_config.json", tc));
   Json stm = {{"bos_token", sp.bos}, {"eos_token", sp.eos}, {"unk_token", sp.unk}, {"pad_token", sp.pad}};
   LM_RETURN_IF_ERROR(write_json(out / "special_tokens_map.json", stm));

@@ -109,6 +109,32 @@ TEST(McScoring, HandMadeExampleGivesExpectedAccAndAccNorm) {
   EXPECT_NEAR(m.chance, (1.0 / 3 + 1.0 / 2) / 2, 1e-12);
 }
 
+// The model's context (window): a request longer than window + 1 tokens is counted (its context
+// is cut from the left by the scorer, as the harness), a continuation longer than the window is
+// refused, as the harness asserts len(continuation_enc) <= max_length.
+TEST(McScoring, TruncationCountedAndLongContinuationRefused) {
+  McTask task;
+  task.name = "hand";
+  // bytes_of: one token per byte. Context "Question: q1\nAnswer:" = 20 tokens; " a" 2, " bbbbbb" 7.
+  task.examples.push_back(question_answer_example("q1", {"a", "bbbbbb"}, 1));
+  Scorer scorer = [](const std::vector<TokenRequest>& reqs) -> absl::StatusOr<std::vector<std::vector<double>>> {
+    std::vector<std::vector<double>> out;
+    for (const auto& r : reqs) out.emplace_back(r.continuation.size(), -1.0);
+    return out;
+  };
+  auto wide = score_task(task, bytes_of, scorer, {}, 64);
+  ASSERT_TRUE(wide.ok()) << wide.status();
+  EXPECT_EQ(wide->truncated, 0);  // 22 and 27 tokens fit 64 + 1
+  auto narrow = score_task(task, bytes_of, scorer, {}, 21);
+  ASSERT_TRUE(narrow.ok()) << narrow.status();
+  EXPECT_EQ(narrow->truncated, 1);  // 27 > 22; 22 = 21 + 1 still fits
+  auto refused = score_task(task, bytes_of, scorer, {}, 6);
+  ASSERT_EQ(refused.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(refused.status().message().find("continuation is 7 tokens, longer than the model's context of 6"),
+            std::string::npos)
+      << refused.status();
+}
+
 TEST(McScoring, TiesGoToTheFirstChoiceAsNumpyArgmax) {
   ExampleResult r;
   r.choices = {{-1.0, 1, 2, 2}, {-1.0, 1, 2, 2}};
@@ -182,6 +208,28 @@ TEST(Windows, SlidingScoresOnlyNewTargetsWithLongContext) {
   int64_t n = 0;
   for (const auto& x : few) n += static_cast<int64_t>(x.tokens.size()) - x.first_target;
   EXPECT_EQ(n, 6);
+}
+
+// lm-evaluation-harness's get_rolling_token_windows(doc, prefix, max_seq_len 4, context_len 1) +
+// make_disjoint_window, worked by hand for 10 tokens: preds [0:4] after the prefix, [4:8] with
+// inputs doc[3:7], [8:10] with inputs doc[5:9] (the last window keeps 4 tokens of context).
+TEST(Windows, HarnessRollingPerDocumentNoEos) {
+  auto w = harness_rolling_windows(iota_stream(10), 99, 4);
+  ASSERT_EQ(w.size(), 3u);
+  EXPECT_EQ(w[0].tokens, (TokenIds{99, 0, 1, 2, 3}));
+  EXPECT_EQ(w[0].first_target, 1);
+  EXPECT_EQ(w[1].tokens, (TokenIds{3, 4, 5, 6, 7}));
+  EXPECT_EQ(w[1].first_target, 1);
+  EXPECT_EQ(w[2].tokens, (TokenIds{5, 6, 7, 8, 9}));
+  EXPECT_EQ(w[2].first_target, 3);
+  // Documents are the runs between EOS (2 here); EOS itself is never a target.
+  auto docs = split_documents(TokenIds{5, 6, 2, 7, 2, 2, 8}, 2);
+  ASSERT_EQ(docs.size(), 3u);
+  EXPECT_EQ(docs[1], (TokenIds{7}));
+  EXPECT_EQ(docs[2], (TokenIds{8}));
+  auto one = harness_rolling_windows(TokenIds{7}, 1, 4);
+  ASSERT_EQ(one.size(), 1u);
+  EXPECT_EQ(one[0].tokens, (TokenIds{1, 7}));
 }
 
 TEST(Nll, StatsFromKnownLogProbs) {

@@ -5,6 +5,7 @@
 
 #include <filesystem>
 #include <fstream>
+#include <regex>
 
 #include "eval/tasks.h"
 
@@ -44,7 +45,8 @@ TEST(Tasks, HellaswagTextExportFirstItem) {
   ASSERT_EQ(t.examples.size(), 50u);
   const McExample& ex = t.examples[0];
   ASSERT_EQ(ex.contexts.size(), 4u);
-  EXPECT_EQ(ex.contexts[0], "Roof shingle removal: A man is sitting on a roof. he");
+  // ctx_b "he" recovered from the export line and capitalised as the harness does.
+  EXPECT_EQ(ex.contexts[0], "Roof shingle removal: A man is sitting on a roof. He");
   EXPECT_EQ(ex.continuations[0], " is using wrap to wrap a pair of skis.");
   EXPECT_EQ(ex.continuations[3], " starts pulling up roofing on a roof.");
   EXPECT_EQ(ex.norm_text[3], "starts pulling up roofing on a roof.");  // acc_norm excludes the delimiter
@@ -72,12 +74,36 @@ TEST(Tasks, HellaswagOriginalFieldsAndPreprocess) {
   EXPECT_EQ(t.examples[0].gold, 3);
 }
 
+// The export line's fields: ctx_b is the lower-case start of the last sentence, else empty.
+TEST(Tasks, HellaswagExportLineSplit) {
+  auto f = hellaswag_split_export_line("Clean and jerk: A lady walks to a barbell. She bends down. the lady");
+  EXPECT_EQ(f.activity_label, "Clean and jerk");
+  EXPECT_EQ(f.ctx_a, "A lady walks to a barbell. She bends down.");
+  EXPECT_EQ(f.ctx_b, "the lady");
+  f = hellaswag_split_export_line("Home: How to dust. Take a cloth.");
+  EXPECT_EQ(f.ctx_a, "How to dust. Take a cloth.");
+  EXPECT_EQ(f.ctx_b, "");
+  McExample ex = hellaswag_from_fields(f.activity_label, f.ctx_a, f.ctx_b, {"a [step] b", "c", "d", "e"}, 0);
+  EXPECT_EQ(ex.contexts[0], "Home: How to dust. Take a cloth.");  // trailing " " of the empty ctx_b stripped
+  EXPECT_EQ(ex.continuations[0], " a b");                          // "[step]" dropped, "  " -> " "
+}
+
 // bench/hellaswag/hellaswag_val_full.txt.bz2 through libbz2: all 10,042 validation items.
 TEST(Tasks, HellaswagBz2FullValidation) {
   SKIP_WITHOUT(full_bench() + "/hellaswag");
   McTask t = load("hellaswag", full_bench());
   ASSERT_EQ(t.examples.size(), 10042u);
-  EXPECT_EQ(t.examples[0].contexts[0], "Roof shingle removal: A man is sitting on a roof. he");
+  EXPECT_EQ(t.examples[0].contexts[0], "Roof shingle removal: A man is sitting on a roof. He");
+  // A third of the items end in a lower-case ctx_b fragment (counted independently in Python).
+  EXPECT_NE(t.note.find("in 3243 of 10042 items"), std::string::npos) << t.note;
+  // The 13 export items that kept "[...]" spans lose them through the harness's preprocess.
+  // (5 unmatched "[" stay, as in the harness's output.)
+  const std::regex span("\\[.*?\\]");
+  int spans = 0;
+  for (const auto& ex : t.examples)
+    for (size_t c = 0; c < ex.contexts.size(); ++c)
+      spans += std::regex_search(ex.contexts[c], span) || std::regex_search(ex.continuations[c], span);
+  EXPECT_EQ(spans, 0);
   EXPECT_TRUE(t.source.find(".bz2") != std::string::npos);
   auto limited = load_task("hellaswag", full_bench(), 7);
   ASSERT_TRUE(limited.ok());
@@ -114,6 +140,7 @@ TEST(Tasks, WinograndePartialScoring) {
   EXPECT_EQ(ex.continuations[1], " always got the easier cases.");
   EXPECT_EQ(ex.gold, 1);
   EXPECT_EQ(t.examples[1].gold, 0);
+  EXPECT_TRUE(t.acc_only);  // the harness reports acc only: acc_norm would divide by the context
   EXPECT_FALSE(winogrande_example("no blank here", "a", "b", 1).ok());
 }
 
@@ -184,6 +211,7 @@ TEST(Tasks, CopaSuperGlueJsonl) {
         "\n");
   McTask t = load("copa", d);
   ASSERT_EQ(t.examples.size(), 3u);
+  EXPECT_TRUE(t.acc_only);  // super_glue/copa/default.yaml lists acc alone
   EXPECT_EQ(t.examples[0].contexts[0], "My body cast a shadow over the grass because");
   EXPECT_EQ(t.examples[0].continuations[0], "  the sun was rising.");
   EXPECT_EQ(t.examples[1].continuations[1], "  they wanted to catch up with each other.");

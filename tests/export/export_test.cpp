@@ -3,6 +3,7 @@
 #include <unistd.h>
 
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <set>
 #include <sstream>
@@ -18,6 +19,7 @@
 #include "tests/train/synthetic_source.h"
 #include "train/checkpoint.h"
 #include "train/hf_export.h"
+#include "train/hf_tokenizer.h"
 #include "train/optim.h"
 #include "train/report.h"
 #include "train/trainer.h"
@@ -249,7 +251,9 @@ TEST_F(ExportTest, ExportRoundTripTensorsAndConfig) {
       EXPECT_EQ(back->tie_embeddings, tied);
       auto tc = read_json_file(o.out + "/tokenizer_config.json");
       LM_ASSERT_OK(tc.status());
+      // A placeholder tokenizer.model: no tokenizer.json, LlamaTokenizer converts it (train/hf_tokenizer.h).
       EXPECT_EQ((*tc)["tokenizer_class"], "LlamaTokenizer");
+      EXPECT_FALSE(fs::exists(o.out + "/tokenizer.json"));
       EXPECT_EQ((*tc)["add_bos_token"], true);
       EXPECT_EQ((*tc)["bos_token"], "<s>");
       EXPECT_EQ(*read_file(o.out + "/tokenizer.model"), "placeholder spm bytes");
@@ -345,6 +349,48 @@ TEST_F(ExportTest, ModelCardTablesComeFromEvalJson) {
   EXPECT_NE(card.find("| language | tokens | nats/token | twin nats/token | twin − model | bits/byte | twin bits/byte |"),
             std::string::npos);
   EXPECT_NE(card.find("| task | n | chance | acc | ± | twin acc | acc_norm | twin acc_norm | p |"), std::string::npos);
+}
+
+// RFC 4648 section 10 test vectors (tokenizer.json stores SentencePiece's charsmap in base64).
+TEST(HfTokenizer, Base64Rfc4648Vectors) {
+  EXPECT_EQ(base64(""), "");
+  EXPECT_EQ(base64("f"), "Zg==");
+  EXPECT_EQ(base64("fo"), "Zm8=");
+  EXPECT_EQ(base64("foo"), "Zm9v");
+  EXPECT_EQ(base64("foob"), "Zm9vYg==");
+  EXPECT_EQ(base64("fooba"), "Zm9vYmE=");
+  EXPECT_EQ(base64("foobar"), "Zm9vYmFy");
+  EXPECT_EQ(base64(std::string("\xff\x00\xfe", 3)), "/wD+");
+}
+
+// A hand-encoded ModelProto: pieces <unk>(UNKNOWN) <s>(CONTROL) ▁a(NORMAL, -1.5), trainer_spec
+// model_type 1 + byte_fallback, normalizer_spec add_dummy_prefix 1, remove_extra_whitespaces 0.
+TEST(HfTokenizer, JsonFromHandEncodedModelProto) {
+  auto piece = [](const std::string& text, float score, int type) {
+    std::string m = std::string("\x0a") + char(text.size()) + text + "\x15";
+    char f[4];
+    std::memcpy(f, &score, 4);
+    m.append(f, 4);
+    m += std::string("\x18") + char(type);
+    return std::string("\x0a") + char(m.size()) + m;
+  };
+  std::string proto = piece("<unk>", 0, 2) + piece("<s>", 0, 3) + piece("\xe2\x96\x81" "a", -1.5f, 1);
+  proto += std::string("\x12\x05\x18\x01\x98\x02\x01", 7);  // trainer_spec {3: 1, 35: 1}
+  proto += std::string("\x1a\x04\x18\x01\x20\x00", 6);         // normalizer_spec {3: 1, 4: 0}
+  SpecialTokens sp;
+  auto j = hf_tokenizer_json(proto, sp, "hand");
+  LM_ASSERT_OK(j.status());
+  EXPECT_EQ((*j)["model"]["type"], "Unigram");
+  EXPECT_EQ((*j)["model"]["byte_fallback"], true);
+  ASSERT_EQ((*j)["model"]["vocab"].size(), 3u);
+  EXPECT_EQ((*j)["model"]["vocab"][2][0], "\xe2\x96\x81" "a");
+  EXPECT_DOUBLE_EQ((*j)["model"]["vocab"][2][1].get<double>(), -1.5);
+  EXPECT_EQ((*j)["added_tokens"].size(), 2u);  // <unk> and <s>, not the normal piece
+  // remove_extra_whitespaces 0: only the space escaping; no charsmap in this proto.
+  ASSERT_EQ((*j)["normalizer"]["normalizers"].size(), 1u);
+  EXPECT_EQ((*j)["pre_tokenizer"]["pretokenizers"][0]["prepend_scheme"], "first");
+  EXPECT_EQ((*j)["post_processor"]["single"][0]["SpecialToken"]["id"], "<s>");
+  EXPECT_EQ(hf_tokenizer_json("placeholder", sp, "x").status().code(), absl::StatusCode::kDataLoss);
 }
 
 TEST_F(ExportTest, ExportErrorsNameTheProblem) {
