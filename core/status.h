@@ -28,7 +28,7 @@
 
 namespace lm {
 
-// Exit codes of both programs (DESIGN.md): 0 ok, 1 runtime failure, 2 bad usage or input.
+// Exit codes of both programs (README, "Programs"): 0 ok, 1 runtime failure, 2 bad usage or input.
 inline constexpr int kExitOk = 0;
 inline constexpr int kExitRuntime = 1;
 inline constexpr int kExitBadInput = 2;
