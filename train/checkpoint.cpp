@@ -142,4 +142,18 @@ absl::Status set_cpu_rng_state(const std::string& hex) {
   return absl::OkStatus();
 }
 
+absl::StatusOr<TrainedModel> load_trained_model(const std::string& run_dir, int64_t step) {
+  const RunFolder run(run_dir);
+  TrainedModel t;
+  LM_ASSIGN_OR_RETURN(t.run_config, read_json_file(run.config()));
+  if (!t.run_config.contains("model"))
+    return absl::DataLossError(run.config() + ": field 'model' is missing (not a run folder written by 'lmtrain fit'?)");
+  LM_RETURN_IF_ERROR(from_json(t.run_config["model"], t.config, "model"));
+  LM_ASSIGN_OR_RETURN(t.checkpoint, find_checkpoint(run_dir, step));
+  LM_ASSIGN_OR_RETURN(t.trainer, read_trainer_state(t.checkpoint));
+  t.model = model::Transformer(t.config);
+  LM_RETURN_IF_ERROR(load_model(t.checkpoint, t.model));
+  return t;
+}
+
 }  // namespace lm::train

@@ -25,6 +25,17 @@ absl::StatusOr<Json> read_trainer_state(const std::string& ckpt_dir);
 absl::Status load_model(const std::string& ckpt_dir, model::Transformer& model);
 absl::Status load_optimizer(const std::string& ckpt_dir, AdamW& optim);
 
+// A trained model as an exporter needs it: the run's config.json (its "model" section), the
+// checkpoint of `step` (latest when < 0), its trainer.json, and the weights loaded.
+struct TrainedModel {
+  Json run_config;
+  model::ModelConfig config;
+  std::string checkpoint;
+  Json trainer;
+  model::Transformer model{nullptr};
+};
+absl::StatusOr<TrainedModel> load_trained_model(const std::string& run_dir, int64_t step);
+
 // CPU generator state as hex, and back.
 std::string cpu_rng_state();
 absl::Status set_cpu_rng_state(const std::string& hex);

@@ -253,15 +253,11 @@ absl::StatusOr<ExportResult> export_gguf(const GgufExportOptions& opt) {
   if (opt.run_dir.empty() || opt.out.empty()) return absl::InvalidArgumentError("export needs --run and --out");
   LM_ASSIGN_OR_RETURN(model::GgmlType wtype, weight_type(opt.type));
   const fs::path run(opt.run_dir);
-  LM_ASSIGN_OR_RETURN(Json run_cfg, read_json_file((run / "config.json").string()));
-  if (!run_cfg.contains("model"))
-    return absl::DataLossError((run / "config.json").string() + ": field 'model' is missing (not a run folder written by 'lmtrain fit'?)");
-  model::ModelConfig mc;
-  LM_RETURN_IF_ERROR(from_json(run_cfg["model"], mc, "model"));
-  LM_ASSIGN_OR_RETURN(std::string ckpt, find_checkpoint(opt.run_dir, opt.step));
-  LM_ASSIGN_OR_RETURN(Json trainer, read_trainer_state(ckpt));
-  model::Transformer model(mc);
-  LM_RETURN_IF_ERROR(load_model(ckpt, model));
+  LM_ASSIGN_OR_RETURN(TrainedModel tm, load_trained_model(opt.run_dir, opt.step));
+  const model::ModelConfig& mc = tm.config;
+  const std::string& ckpt = tm.checkpoint;
+  const Json& trainer = tm.trainer;
+  model::Transformer& model = tm.model;
 
   const fs::path spm = run / "tokenizer" / "spm.model";
   if (!fs::exists(spm))

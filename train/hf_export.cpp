@@ -228,15 +228,12 @@ absl::StatusOr<ExportResult> export_hf(const ExportOptions& opt) {
     return absl::InvalidArgumentError("--dtype: expected bf16 or fp32, got '" + opt.dtype + "'");
   const RunFolder run(opt.run_dir);
   const fs::path out(opt.out);
-  LM_ASSIGN_OR_RETURN(Json run_cfg, read_json_file(run.config()));
-  if (!run_cfg.contains("model"))
-    return absl::DataLossError(run.config() + ": field 'model' is missing (not a run folder written by 'lmtrain fit'?)");
-  model::ModelConfig mc;
-  LM_RETURN_IF_ERROR(from_json(run_cfg["model"], mc, "model"));
-  LM_ASSIGN_OR_RETURN(std::string ckpt, find_checkpoint(opt.run_dir, opt.step));
-  LM_ASSIGN_OR_RETURN(Json trainer, read_trainer_state(ckpt));
-  model::Transformer model(mc);
-  LM_RETURN_IF_ERROR(load_model(ckpt, model));
+  LM_ASSIGN_OR_RETURN(TrainedModel tm, load_trained_model(opt.run_dir, opt.step));
+  const Json& run_cfg = tm.run_config;
+  const model::ModelConfig& mc = tm.config;
+  const std::string& ckpt = tm.checkpoint;
+  const Json& trainer = tm.trainer;
+  model::Transformer& model = tm.model;
 
   const fs::path tok_dir = run.tokenizer();
   const fs::path spm = tok_dir / "spm.model";

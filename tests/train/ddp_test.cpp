@@ -211,8 +211,9 @@ TEST(DataParallel, AgentStoreRanksJoinTheExistingStore) {
 // tried to serve a second store on that port and the run failed ("address already in use"); now
 // every rank connects as a client and the run equals one rank at the same global batch.
 TEST(DataParallel, TorchrunWithAgentStoreEqualsOneRank) {
-  const char* py = std::getenv("LM_TEST_PYTHON");
-  const fs::path torchrun = py != nullptr ? fs::path(py).parent_path() / "torchrun" : fs::path();
+  // torchrun is installed beside the pinned Python of the tests (LM_TEST_PYTHON, a compile definition).
+  const std::string py = LM_TEST_PYTHON;
+  const fs::path torchrun = py.empty() ? fs::path() : fs::path(py).parent_path() / "torchrun";
   if (torchrun.empty() || !fs::exists(torchrun)) GTEST_SKIP() << "no torchrun beside LM_TEST_PYTHON (scripts/setup.sh)";
   auto one = tmp("tr_one"), two = tmp("tr_two");
   ASSERT_EQ(run(1, one, 4, -1, false, one.string() + ".losses"), 0);
