@@ -47,6 +47,7 @@ absl::Status RunFolder::open(bool resume, bool force) const {
     fs::remove_all(checkpoints(), ec);
     fs::remove(latest(), ec);
     fs::remove(metrics(), ec);
+    fs::remove_all(tensorboard(), ec);
   }
   fs::create_directories(dir_, ec);
   if (ec) return absl::InternalError(absl::StrCat(dir_, ": cannot create: ", ec.message()));

@@ -3,6 +3,7 @@
 //   config.json    the resolved {"model", "train", "data", "tokenizer_hash", "world_size"}
 //   tokenizer/     spm.model + tokenizer.json (a run is self-contained)
 //   metrics.jsonl  one JSON object per logged step
+//   tensorboard/   the same values as TensorBoard event files (one file per start or resume)
 //   checkpoints/step-00000100/  model.safetensors, optimizer.safetensors, trainer.json
 //   latest         the name of the newest complete checkpoint ("step-00000100"), moved last
 //   eval/          nll.json, mc.json
@@ -27,6 +28,7 @@ class RunFolder {
   std::string config() const { return path("config.json"); }
   std::string tokenizer() const { return path("tokenizer"); }
   std::string metrics() const { return path("metrics.jsonl"); }
+  std::string tensorboard() const { return path("tensorboard"); }  // event files of metrics.jsonl's values
   std::string checkpoints() const { return path("checkpoints"); }
   std::string checkpoint(int64_t step) const { return checkpoint(step_name(step)); }
   std::string checkpoint(std::string_view name) const;  // checkpoints/NAME
@@ -46,7 +48,7 @@ class RunFolder {
   // a run. Errors name the folder and the flag to use.
   absl::Status check_policy(bool resume, bool force) const;
   // check_policy, then creates the folder; `force` without `resume` first removes the old
-  // checkpoints, `latest` and metrics.jsonl.
+  // checkpoints, `latest`, metrics.jsonl and tensorboard/.
   absl::Status open(bool resume, bool force) const;
 
   // The checkpoint name `latest` holds, or NotFound naming the file.

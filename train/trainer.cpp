@@ -239,6 +239,12 @@ absl::Status Trainer::open_metrics() {
   if (!main_rank_) return absl::OkStatus();
   metrics_.open(metrics_path_, std::ios::app);
   if (!metrics_) return stream_error(metrics_path_);
+  // TensorBoard files are a view of metrics.jsonl: a failure to write them warns, never stops a run.
+  auto tb = TensorBoardWriter::open(RunFolder(req_.run_dir).tensorboard());
+  if (tb.ok() && (step_ == 0 || tb->mark_start(step_ + 1, unix_seconds()).ok()))
+    tensorboard_ = std::make_unique<TensorBoardWriter>(*std::move(tb));
+  else
+    log_warn("TensorBoard events not written: %s", tb.ok() ? tb->path() : tb.status().ToString());
   return absl::OkStatus();
 }
 
@@ -436,6 +442,7 @@ absl::Status Trainer::write_metrics(const Json& m, const StepResult& r) {
   metrics_ << m.dump() << "\n";
   metrics_.flush();
   if (!metrics_) return stream_error(metrics_path_);
+  write_tensorboard(m);
   const double mfu = m["mfu"].get<double>();
   std::string extra = absl::StrFormat("loss %.4f lr %.2e gnorm %.2f %.0f tok/s MFU %s", r.loss, r.lr, r.grad_norm,
                                       m["tokens_per_s"].get<double>(),
@@ -446,6 +453,15 @@ absl::Status Trainer::write_metrics(const Json& m, const StepResult& r) {
     for (const auto& [lang, x] : m["val_loss"].items()) extra += absl::StrFormat(" val_%s %.4f", lang, x.get<double>());
   progress_->update(static_cast<double>(step_), extra);
   return absl::OkStatus();
+}
+
+void Trainer::write_tensorboard(const Json& line) {
+  if (!tensorboard_) return;
+  absl::Status st = tensorboard_->add_metrics(line, unix_seconds());
+  if (st.ok()) st = tensorboard_->flush();
+  if (st.ok()) return;
+  log_warn("TensorBoard events stop here (metrics.jsonl keeps every value): %s", st.ToString());
+  tensorboard_.reset();
 }
 
 absl::Status Trainer::checkpoint_if_due() {

@@ -10,6 +10,7 @@
 
 #include "core/config.h"
 #include "core/log.h"
+#include "core/tensorboard.h"
 #include "model/config.h"
 #include "model/transformer.h"
 #include "train/config.h"
@@ -128,6 +129,7 @@ class Trainer {
   void check_throughput(double rate);
   void validate(Json& line);
   absl::Status write_metrics(const Json& line, const StepResult& r);
+  void write_tensorboard(const Json& line);
   absl::Status checkpoint_if_due();
   absl::Status checkpoint();
   Stop stop_policy();
@@ -153,6 +155,7 @@ class Trainer {
   double flops_per_token_ = 0;
   int64_t step_tokens_ = 0;
   std::ofstream metrics_;
+  std::unique_ptr<TensorBoardWriter> tensorboard_;  // rank 0; dropped (one warning) if a write fails
   std::vector<int32_t> flat_;  // one micro-batch of token ids, reused
 
   // Progress: the counters a checkpoint stores, and this invocation's summary.
