@@ -16,6 +16,7 @@
 
 #include "core/config.h"
 #include "core/file.h"
+#include "data/decompress.h"
 
 namespace lm::data {
 namespace {
@@ -56,17 +57,10 @@ bool is_blank(std::string_view s) {
   return true;
 }
 
-// Reads a (possibly gzip-compressed) file line by line; lines of any length.
+// Reads a file line by line, decompressed by its magic bytes (data/decompress.h); lines of any length.
 class LineReader {
  public:
-  explicit LineReader(const std::string& path) : path_(path) {
-    gz_ = gzopen(path.c_str(), "rb");
-    if (gz_) gzbuffer(gz_, 1 << 17);
-  }
-  ~LineReader() {
-    if (gz_) gzclose(gz_);
-  }
-  bool opened() const { return gz_ != nullptr; }
+  explicit LineReader(std::unique_ptr<ByteStream> in) : in_(std::move(in)) {}
   // Sets `line` (without '\n' or a trailing '\r'); false at end of file or on error.
   bool next(std::string& line) {
     line.clear();
@@ -74,20 +68,12 @@ class LineReader {
     while (true) {
       if (pos_ == len_) {
         if (eof_) break;
-        int n = gzread(gz_, buf_, sizeof(buf_));
+        const int64_t n = in_->read(buf_, sizeof(buf_));
         if (n < 0) {
-          int errnum = 0;
-          error_ = gzerror(gz_, &errnum);
+          error_ = in_->error();
           return false;
         }
         if (n == 0) {
-          // A truncated gzip stream ends with n == 0 and Z_BUF_ERROR ("unexpected end of file").
-          int errnum = Z_OK;
-          const char* msg = gzerror(gz_, &errnum);
-          if (errnum != Z_OK && errnum != Z_STREAM_END) {
-            error_ = msg ? msg : "read error";
-            return false;
-          }
           eof_ = true;
           break;
         }
@@ -114,10 +100,10 @@ class LineReader {
   }
   int64_t line_no() const { return line_no_; }
   const std::string& error() const { return error_; }
+  const std::string& format() const { return in_->format(); }
 
  private:
-  std::string path_;
-  gzFile gz_ = nullptr;
+  std::unique_ptr<ByteStream> in_;
   char buf_[1 << 16];
   size_t pos_ = 0, len_ = 0;
   bool eof_ = false;
@@ -271,8 +257,8 @@ absl::Status read_one_file(const std::string& path, const std::string& format, c
                            std::unordered_set<uint64_t>& seen) {
   if (format != "lines" && format != "paragraphs" && format != "jsonl")
     return absl::InvalidArgumentError(absl::StrCat(path, ": unknown format '", format, "'"));
-  LineReader reader(path);
-  if (!reader.opened()) return absl::NotFoundError(absl::StrCat(path, ": cannot open (", strerror(errno), ")"));
+  LM_ASSIGN_OR_RETURN(auto stream, ByteStream::open(path));
+  LineReader reader(std::move(stream));
 
   auto emit = [&](std::string_view raw) -> absl::Status {
     if (is_blank(raw)) {
@@ -344,8 +330,8 @@ absl::Status read_one_file(const std::string& path, const std::string& format, c
   }
   if (status.ok() && in_para) status = emit(para);
   if (status.ok() && !reader.error().empty())
-    status = absl::DataLossError(absl::StrCat(path, ":", reader.line_no() + 1, ": cannot read: ", reader.error(),
-                                              " (corrupt or truncated .gz file?)"));
+    status = absl::DataLossError(absl::StrCat(path, ":", reader.line_no() + 1, ": cannot read (", reader.format(),
+                                              "): ", reader.error(), " (corrupt or truncated file?)"));
   return status;
 }
 

@@ -15,27 +15,13 @@
 #include "core/file.h"
 #include "core/log.h"
 #include "data/corpus.h"
+#include "data/decompress.h"
 #include "tokenizer/tokenizer.h"
 
 namespace lm::data {
 namespace {
 
 namespace fs = std::filesystem;
-
-// Uncompressed text size for the progress total: a .gz file's last 4 bytes (ISIZE, RFC 1952)
-// hold its uncompressed size mod 2^32; other files count as their size.
-uint64_t estimated_text_bytes(const std::string& path) {
-  std::error_code ec;
-  const uint64_t size = fs::file_size(path, ec);
-  if (ec) return 0;
-  if (path.size() < 3 || path.compare(path.size() - 3, 3, ".gz") != 0 || size < 18) return size;
-  std::ifstream f(path, std::ios::binary);
-  f.seekg(-4, std::ios::end);
-  unsigned char b[4] = {0, 0, 0, 0};
-  f.read(reinterpret_cast<char*>(b), 4);
-  const uint64_t isize = b[0] | (b[1] << 8) | (b[2] << 16) | (static_cast<uint64_t>(b[3]) << 24);
-  return std::max(isize, size);
-}
 
 struct Batch {
   int lang = 0;
@@ -135,7 +121,7 @@ absl::StatusOr<ShardManifest> prepare(const PrepareOptions& o) {
   for (const auto& src : corpus.sources) {
     if (!weights.count(src.lang)) langs.push_back(src.lang);
     weights[src.lang] += src.weight;
-    for (const auto& p : resolve_paths(corpus, src)) total_bytes += estimated_text_bytes(p);
+    for (const auto& p : resolve_paths(corpus, src)) total_bytes += estimated_uncompressed_bytes(p);
   }
   const int n_threads = o.threads > 0 ? o.threads : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   log_info("prepare: %d sources, %d languages, ~%.1f MB of text, tokenizer %s (vocab %d), %d threads",
@@ -269,6 +255,10 @@ absl::StatusOr<ShardManifest> prepare(const PrepareOptions& o) {
                    {"invalid_skipped", all.invalid_skipped},
                    {"empty_dropped", all.empty_dropped},
                    {"duplicates_dropped", all.duplicates_dropped}};
+  if (all.invalid_skipped > 0)  // on screen, not only in manifest.json: a skip can hide a wrong file
+    log_warn("prepare: skipped %ld lines of invalid UTF-8 (--skip-invalid-utf8) against %ld documents read%s",
+             all.invalid_skipped, all.documents,
+             all.invalid_skipped > all.documents ? ": most of the input is not text - is a file binary or in an unknown format?" : "");
   for (const auto& [lang, r] : m.languages) {
     if (r.train_tokens == 0) log_warn("prepare: language '%s' has no training tokens", lang);
     if (o.val_fraction > 0 && r.val_tokens == 0) {

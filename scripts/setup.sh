@@ -23,7 +23,7 @@ PACKAGES=(
   python3 python3-venv    # the interpreter of the pinned environment
   libsentencepiece-dev sentencepiece
   libabsl-dev libcli11-dev nlohmann-json3-dev libicu-dev
-  zlib1g-dev libbz2-dev   # gzip corpora, bz2 HellaSwag export
+  zlib1g-dev libbz2-dev libzstd-dev liblzma-dev   # gzip, bzip2, zstd and xz corpora (by magic bytes)
   libgloo-dev             # headers for c10d ProcessGroupGloo (the wheel ships none; docs/dependencies.md)
   libgtest-dev libgmock-dev libbenchmark-dev
   clang-14 libclang-rt-14-dev   # libFuzzer + ASan/UBSan for the fuzz targets (scripts/fuzz.sh, ctest fuzz_quick)
