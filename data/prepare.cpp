@@ -14,7 +14,7 @@
 #include "absl/strings/str_format.h"
 #include "core/file.h"
 #include "core/log.h"
-#include "data/corpus.h"
+#include "corpus/corpus.h"
 #include "tokenizer/tokenizer.h"
 
 namespace lm::data {

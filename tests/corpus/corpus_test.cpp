@@ -9,7 +9,7 @@
 #include <fstream>
 #include <set>
 
-#include "data/corpus.h"
+#include "corpus/corpus.h"
 
 namespace fs = std::filesystem;
 using lm::data::CorpusManifest;

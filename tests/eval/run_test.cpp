@@ -16,7 +16,7 @@
 #include "core/config.h"
 #include "core/file.h"
 #include "core/log.h"
-#include "data/corpus.h"
+#include "corpus/corpus.h"
 #include "data/shard.h"
 #include "data/shard_set.h"
 #include "eval/evaluate.h"

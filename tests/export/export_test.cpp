@@ -23,7 +23,7 @@
 #include "train/optim.h"
 #include "train/report.h"
 #include "train/trainer.h"
-#include "data/corpus.h"
+#include "corpus/corpus.h"
 #include "tokenizer/tokenizer.h"
 #include "tokenizer/train.h"
 

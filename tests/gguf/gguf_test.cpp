@@ -20,7 +20,7 @@
 #include "train/gguf_export.h"
 #include "train/optim.h"
 #include "train/trainer.h"
-#include "data/corpus.h"
+#include "corpus/corpus.h"
 #include "tokenizer/train.h"
 
 #define LM_ASSERT_OK(expr)                         \

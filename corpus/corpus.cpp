@@ -1,4 +1,4 @@
-#include "data/corpus.h"
+#include "corpus/corpus.h"
 
 #include <glob.h>
 #include <sys/stat.h>
