@@ -2,7 +2,7 @@
 #include <cstdio>
 
 #include "app/commands.h"
-#include "train/report.h"
+#include "report/report.h"
 
 namespace lm::app {
 

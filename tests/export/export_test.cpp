@@ -21,7 +21,7 @@
 #include "train/hf_export.h"
 #include "train/hf_tokenizer.h"
 #include "train/optim.h"
-#include "train/report.h"
+#include "report/report.h"
 #include "train/trainer.h"
 #include "corpus/corpus.h"
 #include "tokenizer/tokenizer.h"

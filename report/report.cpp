@@ -1,4 +1,4 @@
-#include "train/report.h"
+#include "report/report.h"
 
 #include <cmath>
 #include <filesystem>
@@ -9,7 +9,7 @@
 #include "core/config.h"
 #include "core/file.h"
 #include "core/run_folder.h"
-#include "train/plot.h"
+#include "report/plot.h"
 
 namespace lm::train {
 namespace fs = std::filesystem;
