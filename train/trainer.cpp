@@ -11,7 +11,7 @@
 #include "core/file.h"
 #include "core/log.h"
 #include "core/run_folder.h"
-#include "core/runtime.h"
+#include "runtime/runtime.h"
 #include "model/transformer.h"
 #include "model/verify.h"
 #include "train/checkpoint.h"
