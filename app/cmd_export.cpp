@@ -1,12 +1,12 @@
-// lmtrain export: a run's checkpoint as a Hugging Face Llama folder (train/hf_export.h) or, with
-// --format gguf, as one GGUF file for llama.cpp (train/gguf_export.h).
+// lmtrain export: a run's checkpoint as a Hugging Face Llama folder (model/hf_export.h) or, with
+// --format gguf, as one GGUF file for llama.cpp (model/gguf_export.h).
 #include <cstdio>
 
 #include "absl/strings/str_format.h"
 #include "app/commands.h"
 #include "core/log.h"
-#include "train/gguf_export.h"
-#include "train/hf_export.h"
+#include "model/gguf_export.h"
+#include "model/hf_export.h"
 
 namespace lm::app {
 

@@ -18,7 +18,7 @@
 #include "train/device.h"
 #include "train/distributed.h"
 #include "train/grad_sync.h"
-#include "train/hf_export.h"
+#include "model/hf_export.h"
 #include "train/optim.h"
 
 namespace lm::train {

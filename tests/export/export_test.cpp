@@ -18,8 +18,8 @@
 #include "model/transformer.h"
 #include "tests/train/synthetic_source.h"
 #include "train/checkpoint.h"
-#include "train/hf_export.h"
-#include "train/hf_tokenizer.h"
+#include "model/hf_export.h"
+#include "model/hf_tokenizer.h"
 #include "train/optim.h"
 #include "report/report.h"
 #include "train/trainer.h"
@@ -251,7 +251,7 @@ TEST_F(ExportTest, ExportRoundTripTensorsAndConfig) {
       EXPECT_EQ(back->tie_embeddings, tied);
       auto tc = read_json_file(o.out + "/tokenizer_config.json");
       LM_ASSERT_OK(tc.status());
-      // A placeholder tokenizer.model: no tokenizer.json, LlamaTokenizer converts it (train/hf_tokenizer.h).
+      // A placeholder tokenizer.model: no tokenizer.json, LlamaTokenizer converts it (model/hf_tokenizer.h).
       EXPECT_EQ((*tc)["tokenizer_class"], "LlamaTokenizer");
       EXPECT_FALSE(fs::exists(o.out + "/tokenizer.json"));
       EXPECT_EQ((*tc)["add_bos_token"], true);

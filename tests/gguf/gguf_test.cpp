@@ -1,4 +1,4 @@
-// GGUF writer (model/gguf.h) and export (train/gguf_export.h): header and alignment read back by
+// GGUF writer (model/gguf.h) and export (model/gguf_export.h): header and alignment read back by
 // an independent parser written from the spec, Q8_0 against ggml's reference quantizer, the q/k
 // row permutation against llama.cpp's interleaved rotary, tensor names, the spm.model reader.
 #include <gtest/gtest.h>
@@ -17,7 +17,7 @@
 #include "model/transformer.h"
 #include "tokenizer/tokenizer.h"
 #include "train/checkpoint.h"
-#include "train/gguf_export.h"
+#include "model/gguf_export.h"
 #include "train/optim.h"
 #include "train/trainer.h"
 #include "corpus/corpus.h"

@@ -13,7 +13,7 @@
 
 #include "core/config.h"
 #include "core/status.h"
-#include "train/hf_export.h"
+#include "model/hf_export.h"
 
 namespace lm::train {
 

@@ -1,4 +1,4 @@
-#include "train/hf_export.h"
+#include "model/hf_export.h"
 
 #include <algorithm>
 #include <filesystem>
@@ -10,7 +10,7 @@
 #include "core/run_folder.h"
 #include "model/safetensors.h"
 #include "train/checkpoint.h"
-#include "train/hf_tokenizer.h"
+#include "model/hf_tokenizer.h"
 
 namespace lm::train {
 namespace fs = std::filesystem;
@@ -261,7 +261,7 @@ absl::StatusOr<ExportResult> export_hf(const ExportOptions& opt) {
   LM_RETURN_IF_ERROR(write_file_atomic((out / "tokenizer.model").string(), spm_bytes));
   // tokenizer.json: what AutoTokenizer loads in transformers 5 (tokenizers only). With it the class
   // is the generic PreTrainedTokenizerFast, because LlamaTokenizer would rebuild a BPE model and
-  // ignore the file (train/hf_tokenizer.h). Without it (BPE or user-defined pieces) LlamaTokenizer.
+  // ignore the file (model/hf_tokenizer.h). Without it (BPE or user-defined pieces) LlamaTokenizer.
   std::string tok_class = "LlamaTokenizer";
   if (auto tj = hf_tokenizer_json(spm_bytes, sp, spm.string()); tj.ok()) {
     LM_RETURN_IF_ERROR(write_file_atomic((out / "tokenizer.json").string(), tj->dump()));

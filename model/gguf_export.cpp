@@ -1,4 +1,4 @@
-#include "train/gguf_export.h"
+#include "model/gguf_export.h"
 
 #include <cstring>
 #include <filesystem>

@@ -1,4 +1,4 @@
-#include "train/hf_tokenizer.h"
+#include "model/hf_tokenizer.h"
 
 #include <cstdint>
 #include <cstring>

@@ -20,7 +20,7 @@
 
 #include "core/status.h"
 #include "model/gguf.h"
-#include "train/hf_export.h"
+#include "model/hf_export.h"
 
 namespace lm::train {
 
