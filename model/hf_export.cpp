@@ -9,10 +9,10 @@
 #include "core/log.h"
 #include "core/run_folder.h"
 #include "model/safetensors.h"
-#include "train/checkpoint.h"
+#include "model/checkpoint_reader.h"
 #include "model/hf_tokenizer.h"
 
-namespace lm::train {
+namespace lm::model {
 namespace fs = std::filesystem;
 namespace {
 
@@ -327,4 +327,4 @@ absl::Status init_from_hf(const std::string& dir, model::Transformer& model) {
   return model::load_module_state(*model, f, st, /*allow_dtype_cast=*/true);
 }
 
-}  // namespace lm::train
+}  // namespace lm::model

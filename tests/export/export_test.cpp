@@ -36,6 +36,8 @@
 namespace lm::train {
 namespace {
 namespace fs = std::filesystem;
+// The exports live in lm::model (model/hf_export.h, model/hf_tokenizer.h) since they moved beside the model.
+using namespace lm::model;
 
 fs::path temp_dir(const std::string& name) {
   auto p = fs::temp_directory_path() / ("lm_export_test_" + std::to_string(getpid())) / name;
