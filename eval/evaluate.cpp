@@ -9,6 +9,8 @@
 #include "core/file.h"
 #include "core/log.h"
 #include "core/run_folder.h"
+#include "corpus/corpus.h"
+#include "corpus/text_file.h"
 #include "data/shard_set.h"
 #include "eval/model_scorer.h"
 #include "eval/nll.h"
@@ -142,14 +144,14 @@ absl::StatusOr<Json> run_nll(const NllOptions& o) {
       scored += static_cast<int64_t>(doc.size());
       const std::string text = m.run.tokenizer.decode(doc);
       doc_text[lang].first += static_cast<int64_t>(text.size());
-      doc_text[lang].second += utf8_length(text);
+      doc_text[lang].second += data::count_code_points(text);
     }
     return out;
   };
   // Windows per language: within each validation shard (as the trainer's val loss), or the text.
   std::vector<std::pair<std::string, std::vector<Window>>> langs;
   if (!o.text.empty()) {
-    LM_ASSIGN_OR_RETURN(std::string text, read_text_file(o.text));
+    LM_ASSIGN_OR_RETURN(std::string text, data::read_text_file(o.text));
     const std::string name = o.langs.empty() ? "text" : o.langs[0];
     langs.emplace_back(name, windows_of(name, text_stream(m.run.tokenizer, text), o.max_tokens));
   } else {
