@@ -1,6 +1,5 @@
 #include "eval/evaluate.h"
 
-#include <cstdio>
 #include <filesystem>
 #include <fstream>
 
@@ -244,23 +243,6 @@ absl::StatusOr<Json> run_nll(const NllOptions& o) {
   }
   LM_RETURN_IF_ERROR(write_result(o.run, "nll", result));
 
-  if (o.run.print) {
-    std::printf("NLL  run %s  step %ld  seq_len %ld  stride %ld  docs %s (%s)\n", o.run.run.c_str(), m.run.step,
-                seq_len, o.stride, o.docs.c_str(),
-                harness ? "each document alone, EOS not scored: the harness's definition"
-                        : "stream as in training, EOS scored");
-    std::printf("%-6s %10s  %12s %10s %10s %10s", "lang", "tokens", "nats/token", "ppl", "bits/byte", "bits/char");
-    if (o.run.twin) std::printf("  | %12s %10s %10s  | %10s", "twin nats/tok", "twin ppl", "bits/byte", "diff nats");
-    std::printf("\n");
-    for (const auto& r : rows) {
-      std::printf("%-6s %10ld  %12.4f %10.2f %10.4f %10.4f", r.lang.c_str(), r.model.tokens, r.model.nats_per_token(),
-                  r.model.perplexity(), r.model.bits_per_byte(), r.model.bits_per_char());
-      if (o.run.twin)
-        std::printf("  | %12.4f %10.1f %10.4f  | %10.4f", r.twin.nats_per_token(), r.twin.perplexity(),
-                    r.twin.bits_per_byte(), r.twin.nats_per_token() - r.model.nats_per_token());
-      std::printf("\n");
-    }
-  }
   return result;
 }
 
@@ -331,13 +313,6 @@ absl::StatusOr<Json> run_mc(const McOptions& o) {
     if (!samples) return absl::InternalError("--log-samples: cannot write " + o.log_samples);
   }
 
-  if (o.run.print) {
-    std::printf("MC  run %s  step %ld  prefix %s%s\n", o.run.run.c_str(), m.run.step, o.prefix.c_str(),
-                o.limit > 0 ? absl::StrCat("  limit ", o.limit).c_str() : "");
-    std::printf("%-14s %6s %7s  %15s %15s %15s", "task", "n", "chance", "acc", "acc_norm", "acc_bytes");
-    if (o.run.twin) std::printf("  | %15s %15s  %9s %9s", "twin acc", "twin acc_norm", "p(acc)", "p(norm)");
-    std::printf("  split\n");
-  }
   for (const auto& task : tasks) {
     const int64_t window = m.run.config.max_seq_len;
     LM_ASSIGN_OR_RETURN(TaskScoring sm, score_task(task, encode, scorer_for(m.run.model, m.scorer, task.name + " model"),
@@ -408,17 +383,7 @@ absl::StatusOr<Json> run_mc(const McOptions& o) {
         samples << line.dump() << "\n";
       }
     }
-    if (o.run.print) {
-      auto pm = [](const Metric& x) { return absl::StrFormat("%.4f±%.4f", x.mean, x.stderr_); };
-      auto pn_or_dash = [&](const Metric& x) { return task.acc_only ? std::string("-") : pm(x); };
-      std::printf("%-14s %6ld %7.4f  %15s %15s %15s", task.name.c_str(), mm.n, mm.chance, pm(mm.acc).c_str(),
-                  pn_or_dash(mm.acc_norm).c_str(), pn_or_dash(mm.acc_bytes).c_str());
-      if (o.run.twin)
-        std::printf("  | %15s %15s  %9.3g %9s", pm(tm.acc).c_str(), pn_or_dash(tm.acc_norm).c_str(), pa.p_value,
-                    task.acc_only ? "-" : absl::StrFormat("%.3g", pn.p_value).c_str());
-      std::printf("  %s\n", task.split.c_str());
-      std::fflush(stdout);
-    }
+    log_info("%s: acc %.4f over %d examples", task.name, mm.acc.mean, mm.n);
   }
   if (samples.is_open()) {
     samples.close();
