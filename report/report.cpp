@@ -11,7 +11,7 @@
 #include "core/run_folder.h"
 #include "report/plot.h"
 
-namespace lm::train {
+namespace lm::report {
 namespace fs = std::filesystem;
 namespace {
 
@@ -216,4 +216,4 @@ absl::StatusOr<ReportResult> write_report(const std::string& run_dir, const std:
   return r;
 }
 
-}  // namespace lm::train
+}  // namespace lm::report

@@ -622,7 +622,7 @@ TEST_F(ExportTest, ReportHasCurvesTablesAndPngs) {
   Json mc = {{"step", 20}, {"tasks", {{"copa", {{"n", 100}, {"chance", 0.5}, {"model", {{"acc", 0.61}}}, {"twin", {{"acc", 0.49}}}}}}}};
   LM_ASSERT_OK(write_json_file((run / "eval/nll.json").string(), nll));
   LM_ASSERT_OK(write_json_file((run / "eval/mc.json").string(), mc));
-  auto rep = write_report(r.run_dir);
+  auto rep = report::write_report(r.run_dir);
   LM_ASSERT_OK(rep.status());
   const std::string html = *read_file(rep->html);
   // Curves: train loss with one point per logged step (10), validation per language (5 evals).
