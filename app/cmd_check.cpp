@@ -6,7 +6,7 @@
 #include "app/commands.h"
 #include "core/config.h"
 #include "core/log.h"
-#include "core/runtime.h"
+#include "runtime/runtime.h"
 #include "model/config.h"
 #include "model/verify.h"
 

@@ -1,17 +1,17 @@
-// lmtrain export: a run's checkpoint as a Hugging Face Llama folder (train/hf_export.h) or, with
-// --format gguf, as one GGUF file for llama.cpp (train/gguf_export.h).
+// lmtrain export: a run's checkpoint as a Hugging Face Llama folder (model/hf_export.h) or, with
+// --format gguf, as one GGUF file for llama.cpp (model/gguf_export.h).
 #include <cstdio>
 
 #include "absl/strings/str_format.h"
 #include "app/commands.h"
 #include "core/log.h"
-#include "train/gguf_export.h"
-#include "train/hf_export.h"
+#include "model/gguf_export.h"
+#include "model/hf_export.h"
 
 namespace lm::app {
 
 void add_export(CLI::App& app, Registry& reg) {
-  static train::ExportOptions o;
+  static model::ExportOptions o;
   static std::string format = "hf", gguf_type = "f16";
   static bool skip_rope_permutation = false;
   static std::string gguf_tokenizer = "auto";
@@ -39,13 +39,13 @@ void add_export(CLI::App& app, Registry& reg) {
   add_global_flags(sub);
   reg.push_back({sub, [] {
                    if (format == "gguf") {
-                     LM_ASSIGN_OR_RETURN(train::ExportResult r, train::export_gguf({o.run_dir, o.step, o.out, gguf_type, skip_rope_permutation, gguf_tokenizer}));
+                     LM_ASSIGN_OR_RETURN(model::ExportResult r, model::export_gguf({o.run_dir, o.step, o.out, gguf_type, skip_rope_permutation, gguf_tokenizer}));
                      std::printf("exported step %ld of %s (%s params, %s, %.1f MB) to %s\n", r.step, r.checkpoint.c_str(),
                                  format_count(static_cast<double>(r.params)).c_str(), gguf_type.c_str(),
                                  r.bytes / 1e6, r.out.c_str());
                      return absl::OkStatus();
                    }
-                   LM_ASSIGN_OR_RETURN(train::ExportResult r, train::export_hf(o));
+                   LM_ASSIGN_OR_RETURN(model::ExportResult r, model::export_hf(o));
                    std::printf("exported step %ld of %s (%s params, %s) to %s\n", r.step, r.checkpoint.c_str(),
                                format_count(static_cast<double>(r.params)).c_str(), o.dtype.c_str(), r.out.c_str());
                    return absl::OkStatus();

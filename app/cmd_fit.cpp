@@ -6,7 +6,7 @@
 #include "core/config.h"
 #include "core/log.h"
 #include "core/run_folder.h"
-#include "core/runtime.h"
+#include "runtime/runtime.h"
 #include "data/sampler.h"
 #include "tokenizer/tokenizer.h"
 #include "train/data_source.h"

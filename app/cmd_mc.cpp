@@ -1,7 +1,10 @@
 // lmeval mc: zero-shot multiple-choice benchmarks with lm-evaluation-harness prompts.
+#include <cstdio>
+
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "app/commands.h"
+#include "app/eval_tables.h"
 #include "eval/evaluate.h"
 #include "eval/tasks.h"
 
@@ -31,7 +34,9 @@ void add_mc(CLI::App& app, Registry& reg) {
   add_global_flags(sub);
   reg.push_back({sub, [] {
                    o.tasks = absl::StrSplit(tasks, ',', absl::SkipEmpty());
-                   return eval::run_mc(o).status();
+                   LM_ASSIGN_OR_RETURN(Json result, eval::run_mc(o));
+                   std::fputs(mc_table(o, result).c_str(), stdout);
+                   return absl::OkStatus();
                  }});
 }
 

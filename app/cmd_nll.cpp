@@ -1,6 +1,9 @@
 // lmeval nll: per-token NLL, perplexity, bits per byte / char per language, model vs twin.
+#include <cstdio>
+
 #include "absl/strings/str_split.h"
 #include "app/commands.h"
+#include "app/eval_tables.h"
 #include "eval/evaluate.h"
 
 namespace lm::app {
@@ -39,7 +42,9 @@ void add_nll(CLI::App& app, Registry& reg) {
   add_global_flags(sub);
   reg.push_back({sub, [] {
                    if (!langs.empty()) o.langs = absl::StrSplit(langs, ',', absl::SkipEmpty());
-                   return eval::run_nll(o).status();
+                   LM_ASSIGN_OR_RETURN(Json result, eval::run_nll(o));
+                   std::fputs(nll_table(o, result).c_str(), stdout);
+                   return absl::OkStatus();
                  }});
 }
 

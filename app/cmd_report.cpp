@@ -2,7 +2,7 @@
 #include <cstdio>
 
 #include "app/commands.h"
-#include "train/report.h"
+#include "report/report.h"
 
 namespace lm::app {
 
@@ -14,7 +14,7 @@ void add_report(CLI::App& app, Registry& reg) {
   sub->footer("Example:\n  lmtrain report --run runs/demo && xdg-open runs/demo/report.html");
   add_global_flags(sub);
   reg.push_back({sub, [] {
-                   LM_ASSIGN_OR_RETURN(train::ReportResult r, train::write_report(run, out));
+                   LM_ASSIGN_OR_RETURN(report::ReportResult r, report::write_report(run, out));
                    std::printf("report: %s (%ld metric rows", r.html.c_str(), r.metric_rows);
                    for (const auto& s : r.sections) std::printf(", %s", s.c_str());
                    std::printf(")\n");

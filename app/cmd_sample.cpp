@@ -6,9 +6,9 @@
 #include "app/commands.h"
 #include "core/config.h"
 #include "core/run_folder.h"
+#include "model/checkpoint_reader.h"
 #include "model/generate.h"
 #include "tokenizer/tokenizer.h"
-#include "train/checkpoint.h"
 
 namespace lm::app {
 namespace fs = std::filesystem;
@@ -23,14 +23,9 @@ struct SampleCli {
 
 absl::Status run_sample(const SampleCli& o) {
   const RunFolder run(o.run);
-  LM_ASSIGN_OR_RETURN(Json cfg, read_json_file(run.config()));
-  if (!cfg.contains("model"))
-    return absl::DataLossError(run.config() + ": field 'model' is missing (not a run folder?)");
-  model::ModelConfig mc;
-  LM_RETURN_IF_ERROR(from_json(cfg["model"], mc, "model"));
-  LM_ASSIGN_OR_RETURN(std::string ckpt, train::find_checkpoint(o.run, o.step));
-  model::Transformer m(mc);
-  LM_RETURN_IF_ERROR(train::load_model(ckpt, m));
+  LM_ASSIGN_OR_RETURN(model::TrainedModel t, model::load_trained_model(o.run, o.step));
+  model::Transformer& m = t.model;
+  const std::string& ckpt = t.checkpoint;
   LM_ASSIGN_OR_RETURN(tokenizer::Tokenizer tok, tokenizer::Tokenizer::load(run.tokenizer()));
   if (o.opt.temperature < 0) return absl::InvalidArgumentError("--temperature: must be >= 0 (0 = greedy)");
   if (o.opt.top_p <= 0 || o.opt.top_p > 1) return absl::InvalidArgumentError("--top-p: must be in (0, 1]");

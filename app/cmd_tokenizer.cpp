@@ -5,7 +5,7 @@
 #include "app/commands.h"
 #include "core/config.h"
 #include "core/log.h"
-#include "data/corpus.h"
+#include "corpus/corpus.h"
 #include "tokenizer/report.h"
 #include "tokenizer/train.h"
 

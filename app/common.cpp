@@ -2,7 +2,7 @@
 
 #include "app/commands.h"
 #include "core/log.h"
-#include "core/runtime.h"
+#include "runtime/runtime.h"
 
 namespace lm::app {
 

@@ -15,7 +15,7 @@
 #include <random>
 
 #include "core/config.h"
-#include "core/runtime.h"
+#include "runtime/runtime.h"
 #include "data/sampler.h"
 #include "model/config.h"
 #include "model/transformer.h"

@@ -13,7 +13,7 @@
 #include "core/config.h"
 #include "core/log.h"
 #include "core/status.h"
-#include "data/corpus.h"
+#include "corpus/corpus.h"
 #include "tokenizer/tokenizer.h"
 
 namespace {

@@ -22,7 +22,7 @@
 #include "core/config.h"
 #include "core/log.h"
 #include "core/run_folder.h"
-#include "core/runtime.h"
+#include "runtime/runtime.h"
 #include "model/config.h"
 #include "model/transformer.h"
 #include "train/device.h"

@@ -14,8 +14,8 @@
 #include "absl/strings/str_format.h"
 #include "core/file.h"
 #include "core/log.h"
-#include "data/corpus.h"
-#include "data/decompress.h"
+#include "corpus/corpus.h"
+#include "corpus/decompress.h"
 #include "tokenizer/tokenizer.h"
 
 namespace lm::data {

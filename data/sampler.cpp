@@ -45,6 +45,25 @@ uint64_t permute_index(uint64_t i, uint64_t n, uint64_t key) {
   return x;
 }
 
+namespace {
+
+// Window starts of a shard of `n` tokens with document offsets `offs`: each window starts at a
+// document start; the next one starts at the last document start inside this window (so a
+// cut-off document is seen whole next), or T later inside a long one.
+std::vector<uint64_t> doc_aligned_starts(const std::vector<uint64_t>& offs, uint64_t n, uint64_t T) {
+  std::vector<uint64_t> starts;
+  uint64_t p = 0;
+  while (p + T + 1 <= n) {
+    starts.push_back(p);
+    auto it = std::upper_bound(offs.begin(), offs.end(), p + T);  // first start > p + T
+    const uint64_t q = *(it - 1);                                  // last start <= p + T
+    p = q > p ? q : p + T;
+  }
+  return starts;
+}
+
+}  // namespace
+
 absl::StatusOr<BatchSampler> BatchSampler::create(const ShardSet& set, const SamplerConfig& cfg) {
   if (cfg.batch < 1) return absl::InvalidArgumentError(absl::StrFormat("sampler.batch: %d, expected >= 1", cfg.batch));
   if (cfg.seq_len < 1) return absl::InvalidArgumentError(absl::StrFormat("sampler.seq_len: %d, expected >= 1", cfg.seq_len));
@@ -85,17 +104,7 @@ absl::StatusOr<BatchSampler> BatchSampler::create(const ShardSet& set, const Sam
       const uint64_t n = r.size();
       uint64_t count = 0;
       if (cfg.doc_aligned) {
-        // Start at a document start; the next window starts at the last document start inside
-        // this window (so a cut-off document is seen whole next), or T later inside a long one.
-        const std::vector<uint64_t> offs = r.doc_offsets();
-        std::vector<uint64_t> starts;
-        uint64_t p = 0;
-        while (p + T + 1 <= n) {
-          starts.push_back(p);
-          auto it = std::upper_bound(offs.begin(), offs.end(), p + T);  // first start > p + T
-          const uint64_t q = *(it - 1);                                  // last start <= p + T
-          p = q > p ? q : p + T;
-        }
+        std::vector<uint64_t> starts = doc_aligned_starts(r.doc_offsets(), n, T);
         count = starts.size();
         ld.starts.push_back(std::move(starts));
       } else {

@@ -135,14 +135,18 @@ absl::Status write_shard(const std::string& path, const std::vector<int32_t>& to
   return w.write(path);
 }
 
-absl::StatusOr<ShardReader> ShardReader::open(const std::string& path, bool verify_checksum) {
-  LM_ASSIGN_OR_RETURN(MappedFile mf, MappedFile::open(path));
-  const uint8_t* p = mf.data();
-  const uint64_t size = mf.size();
-  auto loss = [&](const std::string& what) {
-    return absl::DataLossError(absl::StrCat(path, ": ", what, " (", kRedo, ")"));
-  };
+namespace {
 
+absl::Status shard_loss(const std::string& path, const std::string& what) {
+  return absl::DataLossError(absl::StrCat(path, ": ", what, " (", kRedo, ")"));
+}
+
+// Where the document offsets start: after the header and the tokens, 8-byte aligned.
+uint64_t index_offset(const ShardHeader& h) { return align8(kShardHeaderSize + h.n_tokens * h.token_width); }
+
+// The header of the mapped file `p` of `size` bytes, checked field by field and against the size.
+absl::StatusOr<ShardHeader> read_shard_header(const std::string& path, const uint8_t* p, uint64_t size) {
+  auto loss = [&](const std::string& what) { return shard_loss(path, what); };
   if (size < sizeof(kShardMagic) || std::memcmp(p, kShardMagic, sizeof(kShardMagic)) != 0) {
     return absl::InvalidArgumentError(absl::StrFormat(
         "%s: magic: not an lmforge token shard (starts with '%s', expected 'LMTOKSH\\x00'); "
@@ -193,7 +197,7 @@ absl::StatusOr<ShardReader> ShardReader::open(const std::string& path, bool veri
                                 "is only %d bytes",
                                 h.n_tokens, h.n_docs, size));
   }
-  const uint64_t index_off = align8(kShardHeaderSize + h.n_tokens * h.token_width);
+  const uint64_t index_off = index_offset(h);
   const uint64_t expected = index_off + 8 * (h.n_docs + 1);
   if (size < expected) {
     return loss(absl::StrFormat("truncated: file is %d bytes, its header (%d tokens, %d documents) "
@@ -205,8 +209,12 @@ absl::StatusOr<ShardReader> ShardReader::open(const std::string& path, bool veri
                                 "documents) describes",
                                 size, size - expected, h.n_tokens, h.n_docs));
   }
+  return h;
+}
 
-  const uint8_t* index = p + index_off;
+// The document offsets: checksum, and 0 = first <= ... <= last = n_tokens.
+absl::Status check_shard_index(const std::string& path, const uint8_t* index, const ShardHeader& h) {
+  auto loss = [&](const std::string& what) { return shard_loss(path, what); };
   const uint32_t index_crc = crc32(index, 8 * (h.n_docs + 1));
   if (index_crc != h.index_crc) {
     return loss(absl::StrFormat("index_crc: document offset checksum mismatch (stored %08x, "
@@ -224,25 +232,38 @@ absl::StatusOr<ShardReader> ShardReader::open(const std::string& path, bool veri
     }
     prev = off;
   }
+  return absl::OkStatus();
+}
 
-  const uint8_t* payload = p + kShardHeaderSize;
-  if (verify_checksum) {
-    const uint32_t payload_crc = crc32(payload, h.n_tokens * h.token_width);
-    if (payload_crc != h.payload_crc) {
-      return loss(absl::StrFormat("payload_crc: token payload checksum mismatch (stored %08x, "
-                                  "computed %08x): the tokens are corrupt",
-                                  h.payload_crc, payload_crc));
-    }
-    uint32_t max_id = 0;
-    if (h.token_width == 2) {
-      for (uint64_t i = 0; i < h.n_tokens; ++i) max_id = std::max<uint32_t>(max_id, get<uint16_t>(payload, 2 * i));
-    } else {
-      for (uint64_t i = 0; i < h.n_tokens; ++i) max_id = std::max<uint32_t>(max_id, get<uint32_t>(payload, 4 * i));
-    }
-    if (h.n_tokens > 0 && max_id >= h.vocab_size) {
-      return loss(absl::StrFormat("tokens: id %d is not below vocab_size %d", max_id, h.vocab_size));
-    }
+// The token payload: checksum, and every id below vocab_size.
+absl::Status check_shard_payload(const std::string& path, const uint8_t* payload, const ShardHeader& h) {
+  auto loss = [&](const std::string& what) { return shard_loss(path, what); };
+  const uint32_t payload_crc = crc32(payload, h.n_tokens * h.token_width);
+  if (payload_crc != h.payload_crc) {
+    return loss(absl::StrFormat("payload_crc: token payload checksum mismatch (stored %08x, "
+                                "computed %08x): the tokens are corrupt",
+                                h.payload_crc, payload_crc));
   }
+  uint32_t max_id = 0;
+  if (h.token_width == 2) {
+    for (uint64_t i = 0; i < h.n_tokens; ++i) max_id = std::max<uint32_t>(max_id, get<uint16_t>(payload, 2 * i));
+  } else {
+    for (uint64_t i = 0; i < h.n_tokens; ++i) max_id = std::max<uint32_t>(max_id, get<uint32_t>(payload, 4 * i));
+  }
+  if (h.n_tokens > 0 && max_id >= h.vocab_size) {
+    return loss(absl::StrFormat("tokens: id %d is not below vocab_size %d", max_id, h.vocab_size));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::StatusOr<ShardReader> ShardReader::open(const std::string& path, bool verify_checksum) {
+  LM_ASSIGN_OR_RETURN(MappedFile mf, MappedFile::open(path));
+  LM_ASSIGN_OR_RETURN(ShardHeader h, read_shard_header(path, mf.data(), mf.size()));
+  const uint64_t index_off = index_offset(h);
+  LM_RETURN_IF_ERROR(check_shard_index(path, mf.data() + index_off, h));
+  if (verify_checksum) LM_RETURN_IF_ERROR(check_shard_payload(path, mf.data() + kShardHeaderSize, h));
 
   ShardReader r;
   r.path_ = path;

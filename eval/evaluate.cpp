@@ -1,6 +1,5 @@
 #include "eval/evaluate.h"
 
-#include <cstdio>
 #include <filesystem>
 #include <fstream>
 
@@ -9,6 +8,8 @@
 #include "core/file.h"
 #include "core/log.h"
 #include "core/run_folder.h"
+#include "corpus/corpus.h"
+#include "corpus/text_file.h"
 #include "data/shard_set.h"
 #include "eval/model_scorer.h"
 #include "eval/nll.h"
@@ -115,66 +116,86 @@ std::string prefix_rule(const std::string& prefix) {
   return "nothing before the context: lm-evaluation-harness <= 0.4.9.1";
 }
 
-absl::StatusOr<Json> run_nll(const NllOptions& o) {
-  if (o.data.empty() == o.text.empty()) return absl::InvalidArgumentError("give exactly one of --data or --text");
-  LM_ASSIGN_OR_RETURN(Models m, load_models(o.run));
-  const int64_t seq_len = o.seq_len > 0 ? o.seq_len : m.run.config.max_seq_len;
-  if (seq_len > m.run.config.max_seq_len)
+namespace {
+
+// --seq-len (0: the model's), --stride and --docs checked against the model.
+absl::StatusOr<int64_t> nll_seq_len(const NllOptions& o, const model::ModelConfig& c) {
+  const int64_t seq_len = o.seq_len > 0 ? o.seq_len : c.max_seq_len;
+  if (seq_len > c.max_seq_len)
     return absl::InvalidArgumentError(absl::StrCat("--seq-len ", seq_len, " exceeds the model's max_seq_len ",
-                                                   m.run.config.max_seq_len));
+                                                   c.max_seq_len));
   if (o.stride < 0 || o.stride > seq_len)
     return absl::InvalidArgumentError(absl::StrCat("--stride must lie in [0, seq_len=", seq_len, "]"));
-
   if (o.docs != "stream" && o.docs != "harness")
     return absl::InvalidArgumentError("--docs: expected stream or harness, got '" + o.docs + "'");
-  const bool harness = o.docs == "harness";
-  if (harness && o.stride != 0)
+  if (o.docs == "harness" && o.stride != 0)
     return absl::InvalidArgumentError("--docs harness uses the harness's rolling windows; drop --stride");
-  // harness: each document's bytes decoded on its own, per language.
-  std::map<std::string, std::pair<int64_t, int64_t>> doc_text;
-  auto windows_of = [&](const std::string& lang, const TokenIds& stream, int64_t budget) {
-    if (!harness) return make_windows(stream, seq_len, o.stride, budget);
-    std::vector<Window> out;
-    int64_t scored = 0;
-    for (const auto& doc : split_documents(stream, m.run.tokenizer.eos_id())) {
-      if (budget > 0 && scored >= budget) break;
-      for (auto& w : harness_rolling_windows(doc, m.run.tokenizer.bos_id(), seq_len)) out.push_back(std::move(w));
-      scored += static_cast<int64_t>(doc.size());
-      const std::string text = m.run.tokenizer.decode(doc);
-      doc_text[lang].first += static_cast<int64_t>(text.size());
-      doc_text[lang].second += utf8_length(text);
-    }
-    return out;
-  };
-  // Windows per language: within each validation shard (as the trainer's val loss), or the text.
-  std::vector<std::pair<std::string, std::vector<Window>>> langs;
-  if (!o.text.empty()) {
-    LM_ASSIGN_OR_RETURN(std::string text, read_text_file(o.text));
-    const std::string name = o.langs.empty() ? "text" : o.langs[0];
-    langs.emplace_back(name, windows_of(name, text_stream(m.run.tokenizer, text), o.max_tokens));
-  } else {
-    LM_ASSIGN_OR_RETURN(auto set, data::ShardSet::open(o.data));
-    LM_RETURN_IF_ERROR(set.check_tokenizer(m.run.tokenizer.hash(), m.run.tokenizer.vocab_size()));
-    std::vector<std::string> names = o.langs.empty() ? set.languages("val") : o.langs;
-    for (const auto& lang : names) {
-      auto readers = set.readers(lang, "val");
-      if (readers.empty())
-        return absl::NotFoundError(absl::StrCat(o.data, ": no validation shard for language '", lang, "' (has: ",
-                                                absl::StrJoin(set.languages("val"), ","), ")"));
-      std::vector<Window> all;
-      int64_t budget = o.max_tokens;
-      for (const auto& r : readers) {
-        if (o.max_tokens > 0 && budget <= 0) break;
-        TokenIds stream(r.size());
-        r.copy(0, r.size(), stream.data());
-        auto w = windows_of(lang, stream, o.max_tokens > 0 ? budget : 0);
-        for (const auto& x : w) budget -= static_cast<int64_t>(x.tokens.size()) - x.first_target;
-        all.insert(all.end(), std::make_move_iterator(w.begin()), std::make_move_iterator(w.end()));
-      }
-      langs.emplace_back(lang, std::move(all));
-    }
-  }
+  return seq_len;
+}
 
+// The windows of one language; with --docs harness also the bytes and code points of its
+// documents, each decoded on its own (the harness's definition).
+struct LangWindows {
+  std::string lang;
+  std::vector<Window> windows;
+  int64_t doc_bytes = 0, doc_chars = 0;
+};
+
+// Appends the windows of `stream` (at most `budget` scored tokens when > 0) and returns how many
+// were added.
+size_t add_windows(const NllOptions& o, const tokenizer::Tokenizer& tok, int64_t seq_len, const TokenIds& stream,
+                   int64_t budget, LangWindows& lw) {
+  const size_t before = lw.windows.size();
+  if (o.docs != "harness") {
+    for (auto& w : make_windows(stream, seq_len, o.stride, budget)) lw.windows.push_back(std::move(w));
+    return lw.windows.size() - before;
+  }
+  int64_t scored = 0;
+  for (const auto& doc : split_documents(stream, tok.eos_id())) {
+    if (budget > 0 && scored >= budget) break;
+    for (auto& w : harness_rolling_windows(doc, tok.bos_id(), seq_len)) lw.windows.push_back(std::move(w));
+    scored += static_cast<int64_t>(doc.size());
+    const std::string text = tok.decode(doc);
+    lw.doc_bytes += static_cast<int64_t>(text.size());
+    lw.doc_chars += data::count_code_points(text);
+  }
+  return lw.windows.size() - before;
+}
+
+// Windows per language: within each validation shard (as the trainer's val loss), or the text.
+absl::StatusOr<std::vector<LangWindows>> nll_windows(const NllOptions& o, const tokenizer::Tokenizer& tok,
+                                                     int64_t seq_len) {
+  std::vector<LangWindows> langs;
+  if (!o.text.empty()) {
+    LM_ASSIGN_OR_RETURN(std::string text, data::read_text_file(o.text));
+    langs.push_back({o.langs.empty() ? "text" : o.langs[0], {}, 0, 0});
+    add_windows(o, tok, seq_len, text_stream(tok, text), o.max_tokens, langs.back());
+    return langs;
+  }
+  LM_ASSIGN_OR_RETURN(auto set, data::ShardSet::open(o.data));
+  LM_RETURN_IF_ERROR(set.check_tokenizer(tok.hash(), tok.vocab_size()));
+  for (const auto& lang : o.langs.empty() ? set.languages("val") : o.langs) {
+    auto readers = set.readers(lang, "val");
+    if (readers.empty())
+      return absl::NotFoundError(absl::StrCat(o.data, ": no validation shard for language '", lang, "' (has: ",
+                                              absl::StrJoin(set.languages("val"), ","), ")"));
+    LangWindows lw{lang, {}, 0, 0};
+    int64_t budget = o.max_tokens;
+    for (const auto& r : readers) {
+      if (o.max_tokens > 0 && budget <= 0) break;
+      TokenIds stream(r.size());
+      r.copy(0, r.size(), stream.data());
+      const size_t added = add_windows(o, tok, seq_len, stream, o.max_tokens > 0 ? budget : 0, lw);
+      for (size_t i = lw.windows.size() - added; i < lw.windows.size(); ++i)
+        budget -= static_cast<int64_t>(lw.windows[i].tokens.size()) - lw.windows[i].first_target;
+    }
+    langs.push_back(std::move(lw));
+  }
+  return langs;
+}
+
+Json nll_result_header(const Models& m, const NllOptions& o, int64_t seq_len) {
+  const bool harness = o.docs == "harness";
   Json result = run_header(m, o.run);
   result["kind"] = "nll";
   result["source"] = o.text.empty() ? o.data : o.text;
@@ -195,70 +216,59 @@ absl::StatusOr<Json> run_nll(const NllOptions& o) {
                 "bits = nats / ln 2"
               : "bytes/chars = UTF-8 bytes / code points of tokenizer.decode(all scored tokens); bits = nats / ln 2";
   result["languages"] = Json::object();
-  Json dump = Json::object();
-  dump["run"] = o.run.run;
-  dump["checkpoint"] = m.run.checkpoint;
-  dump["seq_len"] = seq_len;
-  dump["languages"] = Json::object();
-  auto decode = [&](const TokenIds& ids) { return m.run.tokenizer.decode(ids); };
+  return result;
+}
 
-  struct Row { std::string lang; NllStats model, twin; };
-  std::vector<Row> rows;
-  for (auto& [lang, windows] : langs) {
-    if (windows.empty()) return absl::InvalidArgumentError(absl::StrCat(lang, ": fewer than 2 tokens to score"));
-    Row row{lang, {}, {}};
-    std::vector<std::vector<double>> per_model, per_twin;
-    LM_ASSIGN_OR_RETURN(row.model, score_windows(windows, scorer_for(m.run.model, m.scorer, "nll " + lang + " model"),
-                                                 &per_model));
-    count_text(row.model, windows, decode);
-    if (harness) row.model.bytes = doc_text[lang].first, row.model.chars = doc_text[lang].second;
-    Json lj = Json{{"model", nll_to_json(row.model)}};
-    if (o.run.twin) {
-      LM_ASSIGN_OR_RETURN(row.twin, score_windows(windows, scorer_for(m.twin, m.scorer, "nll " + lang + " twin"),
-                                                  &per_twin));
-      row.twin.bytes = row.model.bytes;
-      row.twin.chars = row.model.chars;
-      lj["twin"] = nll_to_json(row.twin);
-      lj["twin_minus_model"] = Json{{"nats_per_token", row.twin.nats_per_token() - row.model.nats_per_token()},
-                                    {"bits_per_byte", row.twin.bits_per_byte() - row.model.bits_per_byte()},
-                                    {"bits_per_char", row.twin.bits_per_char() - row.model.bits_per_char()}};
-    }
-    lj["windows"] = static_cast<int64_t>(windows.size());
-    result["languages"][lang] = lj;
-    if (!o.dump_tokens.empty()) {
-      Json wl = Json::array();
-      for (size_t i = 0; i < windows.size(); ++i) {
-        Json w = Json{{"tokens", windows[i].tokens}, {"first_target", windows[i].first_target}, {"nll", per_model[i]}};
-        if (o.run.twin) w["twin_nll"] = per_twin[i];
-        wl.push_back(std::move(w));
-      }
-      dump["languages"][lang] = std::move(wl);
-    }
-    rows.push_back(std::move(row));
+// Scores one language with the model (and the twin): its entry of result["languages"] and, with
+// --dump-tokens, of dump["languages"].
+absl::Status score_language(const Models& m, const NllOptions& o, const LangWindows& lw, Json& result, Json& dump) {
+  const auto& windows = lw.windows;
+  if (windows.empty()) return absl::InvalidArgumentError(absl::StrCat(lw.lang, ": fewer than 2 tokens to score"));
+  std::vector<std::vector<double>> per_model, per_twin;
+  LM_ASSIGN_OR_RETURN(NllStats model, score_windows(windows, scorer_for(m.run.model, m.scorer, "nll " + lw.lang + " model"),
+                                                    &per_model));
+  count_text(model, windows, [&](const TokenIds& ids) { return m.run.tokenizer.decode(ids); });
+  if (o.docs == "harness") model.bytes = lw.doc_bytes, model.chars = lw.doc_chars;
+  Json lj = Json{{"model", nll_to_json(model)}};
+  if (o.run.twin) {
+    LM_ASSIGN_OR_RETURN(NllStats twin, score_windows(windows, scorer_for(m.twin, m.scorer, "nll " + lw.lang + " twin"),
+                                                     &per_twin));
+    twin.bytes = model.bytes;
+    twin.chars = model.chars;
+    lj["twin"] = nll_to_json(twin);
+    lj["twin_minus_model"] = Json{{"nats_per_token", twin.nats_per_token() - model.nats_per_token()},
+                                  {"bits_per_byte", twin.bits_per_byte() - model.bits_per_byte()},
+                                  {"bits_per_char", twin.bits_per_char() - model.bits_per_char()}};
   }
+  lj["windows"] = static_cast<int64_t>(windows.size());
+  result["languages"][lw.lang] = lj;
+  if (o.dump_tokens.empty()) return absl::OkStatus();
+  Json wl = Json::array();
+  for (size_t i = 0; i < windows.size(); ++i) {
+    Json w = Json{{"tokens", windows[i].tokens}, {"first_target", windows[i].first_target}, {"nll", per_model[i]}};
+    if (o.run.twin) w["twin_nll"] = per_twin[i];
+    wl.push_back(std::move(w));
+  }
+  dump["languages"][lw.lang] = std::move(wl);
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::StatusOr<Json> run_nll(const NllOptions& o) {
+  if (o.data.empty() == o.text.empty()) return absl::InvalidArgumentError("give exactly one of --data or --text");
+  LM_ASSIGN_OR_RETURN(Models m, load_models(o.run));
+  LM_ASSIGN_OR_RETURN(const int64_t seq_len, nll_seq_len(o, m.run.config));
+  LM_ASSIGN_OR_RETURN(std::vector<LangWindows> langs, nll_windows(o, m.run.tokenizer, seq_len));
+  Json result = nll_result_header(m, o, seq_len);
+  Json dump = Json{{"run", o.run.run}, {"checkpoint", m.run.checkpoint}, {"seq_len", seq_len},
+                   {"languages", Json::object()}};
+  for (const auto& lw : langs) LM_RETURN_IF_ERROR(score_language(m, o, lw, result, dump));
   if (!o.dump_tokens.empty()) {
     LM_RETURN_IF_ERROR(write_file_atomic(o.dump_tokens, dump.dump()));
-    log_info("wrote per-token NLL of %d languages to %s", rows.size(), o.dump_tokens);
+    log_info("wrote per-token NLL of %d languages to %s", langs.size(), o.dump_tokens);
   }
   LM_RETURN_IF_ERROR(write_result(o.run, "nll", result));
-
-  if (o.run.print) {
-    std::printf("NLL  run %s  step %ld  seq_len %ld  stride %ld  docs %s (%s)\n", o.run.run.c_str(), m.run.step,
-                seq_len, o.stride, o.docs.c_str(),
-                harness ? "each document alone, EOS not scored: the harness's definition"
-                        : "stream as in training, EOS scored");
-    std::printf("%-6s %10s  %12s %10s %10s %10s", "lang", "tokens", "nats/token", "ppl", "bits/byte", "bits/char");
-    if (o.run.twin) std::printf("  | %12s %10s %10s  | %10s", "twin nats/tok", "twin ppl", "bits/byte", "diff nats");
-    std::printf("\n");
-    for (const auto& r : rows) {
-      std::printf("%-6s %10ld  %12.4f %10.2f %10.4f %10.4f", r.lang.c_str(), r.model.tokens, r.model.nats_per_token(),
-                  r.model.perplexity(), r.model.bits_per_byte(), r.model.bits_per_char());
-      if (o.run.twin)
-        std::printf("  | %12.4f %10.1f %10.4f  | %10.4f", r.twin.nats_per_token(), r.twin.perplexity(),
-                    r.twin.bits_per_byte(), r.twin.nats_per_token() - r.model.nats_per_token());
-      std::printf("\n");
-    }
-  }
   return result;
 }
 
@@ -277,8 +287,11 @@ std::vector<std::string> expand_tasks(const std::vector<std::string>& names) {
   return out;
 }
 
-absl::StatusOr<Json> run_mc(const McOptions& o) {
-  const auto names = expand_tasks(o.tasks);
+namespace {
+
+// The --tasks names expanded and known, and --prefix checked.
+absl::StatusOr<std::vector<std::string>> mc_task_names(const McOptions& o) {
+  auto names = expand_tasks(o.tasks);
   if (names.empty()) return absl::InvalidArgumentError("--tasks: no task named");
   for (const auto& n : names) {
     const auto known = task_names();
@@ -288,9 +301,14 @@ absl::StatusOr<Json> run_mc(const McOptions& o) {
   }
   if (o.prefix != "bos" && o.prefix != "eos" && o.prefix != "none")
     return absl::InvalidArgumentError("--prefix: expected bos, eos or none, got '" + o.prefix + "'");
-  // Load every task first so a missing file is reported before minutes of scoring.
+  return names;
+}
+
+// Every task is loaded before scoring so a missing file is reported before minutes of work;
+// a task without data is skipped and listed in `missing`.
+absl::StatusOr<std::vector<McTask>> load_mc_tasks(const McOptions& o, const std::vector<std::string>& names,
+                                                  Json& missing) {
   std::vector<McTask> tasks;
-  Json missing = Json::object();
   for (const auto& n : names) {
     auto t = load_task(n, o.data_dir, o.limit);
     if (t.ok()) {
@@ -303,14 +321,10 @@ absl::StatusOr<Json> run_mc(const McOptions& o) {
     }
   }
   if (tasks.empty()) return absl::NotFoundError(absl::StrCat("no task has data under ", o.data_dir, ": ", missing.dump()));
+  return tasks;
+}
 
-  LM_ASSIGN_OR_RETURN(Models m, load_models(o.run));
-  const auto& tok = m.run.tokenizer;
-  TokenIds prefix;
-  if (o.prefix == "eos") prefix = {tok.eos_id()};
-  if (o.prefix == "bos") prefix = {tok.bos_id()};
-  Encoder encode = [&tok](std::string_view s) { return tok.encode(s); };
-
+Json mc_result_header(const Models& m, const McOptions& o, const Json& missing) {
   Json result = run_header(m, o.run);
   result["kind"] = "mc";
   result["data_dir"] = o.data_dir;
@@ -323,100 +337,120 @@ absl::StatusOr<Json> run_mc(const McOptions& o) {
       "its UTF-8 bytes; stderr = sample sd / sqrt(n)";
   result["missing"] = missing;
   result["tasks"] = Json::object();
+  return result;
+}
+
+// Scores of the model and, with --twin, of the twin on one task.
+struct TaskRun {
+  TaskScoring model, twin;
+  TaskMetrics model_metrics, twin_metrics;
+};
+
+absl::StatusOr<TaskRun> score_mc_task(const Models& m, const McOptions& o, const McTask& task, const Encoder& encode,
+                                      const TokenIds& prefix) {
+  const int64_t window = m.run.config.max_seq_len;
+  TaskRun tr;
+  LM_ASSIGN_OR_RETURN(tr.model, score_task(task, encode, scorer_for(m.run.model, m.scorer, task.name + " model"),
+                                           prefix, window));
+  const TaskScoring& sm = tr.model;
+  if (sm.truncated > 0)
+    log_warn("%s: %d of %d requests are longer than the model's context (%d + 1 tokens): their contexts are "
+             "cut from the left, as the harness does", task.name, sm.truncated, sm.requests.size(), window);
+  if (sm.boundary_mismatches > 0)
+    log_info("%s: %d of %d requests: encode(context) is not a prefix of encode(context + continuation); "
+             "scored as the harness does (docs/eval.md)", task.name, sm.boundary_mismatches, sm.requests.size());
+  tr.model_metrics = task_metrics(sm.examples, task.chance());
+  if (o.run.twin) {
+    LM_ASSIGN_OR_RETURN(tr.twin, score_task(task, encode, scorer_for(m.twin, m.scorer, task.name + " twin"), prefix,
+                                            window));
+    tr.twin_metrics = task_metrics(tr.twin.examples, task.chance());
+  }
+  return tr;
+}
+
+// result["tasks"][name]: metrics, split, source; with --twin the twin's and McNemar's tests.
+Json mc_task_json(const McOptions& o, const McTask& task, const TaskRun& tr) {
+  const TaskScoring& sm = tr.model;
+  Json tj = metrics_to_json(tr.model_metrics);
+  tj["split"] = task.split;
+  tj["source"] = task.source;
+  tj["boundary_mismatches"] = sm.boundary_mismatches;
+  tj["truncated"] = sm.truncated;
+  if (!task.note.empty()) tj["note"] = task.note;
+  if (task.acc_only) {
+    for (const char* k : {"acc_norm", "acc_norm_stderr", "acc_bytes", "acc_bytes_stderr"}) tj.erase(k);
+    tj["metrics"] = "acc only, as the harness reports this task";
+  }
+  if (!o.run.twin) return tj;
+  const TaskScoring& st = tr.twin;
+  std::vector<bool> a, b, an, bn;
+  for (size_t i = 0; i < sm.examples.size(); ++i) {
+    a.push_back(sm.examples[i].correct());
+    b.push_back(st.examples[i].correct());
+    an.push_back(sm.examples[i].correct_norm());
+    bn.push_back(st.examples[i].correct_norm());
+  }
+  tj["twin"] = metrics_to_json(tr.twin_metrics);
+  tj["paired_acc"] = paired_to_json(mcnemar(a, b));
+  if (task.acc_only) {
+    for (const char* k : {"acc_norm", "acc_norm_stderr", "acc_bytes", "acc_bytes_stderr"}) tj["twin"].erase(k);
+  } else {
+    tj["paired_acc_norm"] = paired_to_json(mcnemar(an, bn));
+  }
+  return tj;
+}
+
+// One --log-samples line per example: contexts, continuations, log-probs, predictions.
+void log_mc_samples(const McOptions& o, const McTask& task, const TaskRun& tr, std::ofstream& samples) {
+  const TaskScoring& sm = tr.model;
+  const TaskScoring& st = tr.twin;
+  size_t k = 0;
+  for (size_t i = 0; i < task.examples.size(); ++i) {
+    const auto& ex = task.examples[i];
+    const auto& r = sm.examples[i];
+    Json choices = Json::array();
+    for (size_t c = 0; c < ex.contexts.size(); ++c, ++k) {
+      Json cj = Json{{"context", ex.contexts[c]},
+                     {"continuation", ex.continuations[c]},
+                     {"context_tokens", static_cast<int64_t>(sm.requests[k].context.size())},
+                     {"continuation_ids", sm.requests[k].continuation},
+                     {"logprob", r.choices[c].logprob},
+                     {"chars", r.choices[c].chars},
+                     {"bytes", r.choices[c].bytes}};
+      if (o.run.twin) cj["twin_logprob"] = st.examples[i].choices[c].logprob;
+      choices.push_back(std::move(cj));
+    }
+    Json line = Json{{"task", task.name}, {"id", ex.id}, {"gold", ex.gold}, {"pred", r.pred},
+                     {"pred_norm", r.pred_norm}, {"pred_bytes", r.pred_bytes}, {"choices", choices}};
+    if (o.run.twin)
+      line["twin_pred"] = st.examples[i].pred, line["twin_pred_norm"] = st.examples[i].pred_norm;
+    samples << line.dump() << "\n";
+  }
+}
+
+}  // namespace
+
+absl::StatusOr<Json> run_mc(const McOptions& o) {
+  LM_ASSIGN_OR_RETURN(const std::vector<std::string> names, mc_task_names(o));
+  Json missing = Json::object();
+  LM_ASSIGN_OR_RETURN(std::vector<McTask> tasks, load_mc_tasks(o, names, missing));
+  LM_ASSIGN_OR_RETURN(Models m, load_models(o.run));
+  const auto& tok = m.run.tokenizer;
+  TokenIds prefix;
+  if (o.prefix == "eos") prefix = {tok.eos_id()};
+  if (o.prefix == "bos") prefix = {tok.bos_id()};
+  Encoder encode = [&tok](std::string_view s) { return tok.encode(s); };
+  Json result = mc_result_header(m, o, missing);
   std::ofstream samples;
   if (!o.log_samples.empty()) {
     samples.open(o.log_samples, std::ios::binary | std::ios::trunc);
     if (!samples) return absl::InternalError("--log-samples: cannot write " + o.log_samples);
   }
-
-  if (o.run.print) {
-    std::printf("MC  run %s  step %ld  prefix %s%s\n", o.run.run.c_str(), m.run.step, o.prefix.c_str(),
-                o.limit > 0 ? absl::StrCat("  limit ", o.limit).c_str() : "");
-    std::printf("%-14s %6s %7s  %15s %15s %15s", "task", "n", "chance", "acc", "acc_norm", "acc_bytes");
-    if (o.run.twin) std::printf("  | %15s %15s  %9s %9s", "twin acc", "twin acc_norm", "p(acc)", "p(norm)");
-    std::printf("  split\n");
-  }
   for (const auto& task : tasks) {
-    const int64_t window = m.run.config.max_seq_len;
-    LM_ASSIGN_OR_RETURN(TaskScoring sm, score_task(task, encode, scorer_for(m.run.model, m.scorer, task.name + " model"),
-                                                   prefix, window));
-    if (sm.truncated > 0)
-      log_warn("%s: %d of %d requests are longer than the model's context (%d + 1 tokens): their contexts are "
-               "cut from the left, as the harness does", task.name, sm.truncated, sm.requests.size(), window);
-    if (sm.boundary_mismatches > 0)
-      log_info("%s: %d of %d requests: encode(context) is not a prefix of encode(context + continuation); "
-               "scored as the harness does (docs/eval.md)", task.name, sm.boundary_mismatches, sm.requests.size());
-    const TaskMetrics mm = task_metrics(sm.examples, task.chance());
-    Json tj = metrics_to_json(mm);
-    tj["split"] = task.split;
-    tj["source"] = task.source;
-    tj["boundary_mismatches"] = sm.boundary_mismatches;
-    tj["truncated"] = sm.truncated;
-    if (!task.note.empty()) tj["note"] = task.note;
-    if (task.acc_only) {
-      for (const char* k : {"acc_norm", "acc_norm_stderr", "acc_bytes", "acc_bytes_stderr"}) tj.erase(k);
-      tj["metrics"] = "acc only, as the harness reports this task";
-    }
-    TaskScoring st;
-    TaskMetrics tm;
-    PairedTest pa, pn;
-    if (o.run.twin) {
-      LM_ASSIGN_OR_RETURN(st, score_task(task, encode, scorer_for(m.twin, m.scorer, task.name + " twin"), prefix,
-                                         window));
-      tm = task_metrics(st.examples, task.chance());
-      std::vector<bool> a, b, an, bn;
-      for (size_t i = 0; i < sm.examples.size(); ++i) {
-        a.push_back(sm.examples[i].correct());
-        b.push_back(st.examples[i].correct());
-        an.push_back(sm.examples[i].correct_norm());
-        bn.push_back(st.examples[i].correct_norm());
-      }
-      pa = mcnemar(a, b);
-      pn = mcnemar(an, bn);
-      tj["twin"] = metrics_to_json(tm);
-      tj["paired_acc"] = paired_to_json(pa);
-      if (task.acc_only) {
-        for (const char* k : {"acc_norm", "acc_norm_stderr", "acc_bytes", "acc_bytes_stderr"}) tj["twin"].erase(k);
-      } else {
-        tj["paired_acc_norm"] = paired_to_json(pn);
-      }
-    }
-    result["tasks"][task.name] = tj;
-    if (samples.is_open()) {
-      size_t k = 0;
-      for (size_t i = 0; i < task.examples.size(); ++i) {
-        const auto& ex = task.examples[i];
-        const auto& r = sm.examples[i];
-        Json choices = Json::array();
-        for (size_t c = 0; c < ex.contexts.size(); ++c, ++k) {
-          Json cj = Json{{"context", ex.contexts[c]},
-                         {"continuation", ex.continuations[c]},
-                         {"context_tokens", static_cast<int64_t>(sm.requests[k].context.size())},
-                         {"continuation_ids", sm.requests[k].continuation},
-                         {"logprob", r.choices[c].logprob},
-                         {"chars", r.choices[c].chars},
-                         {"bytes", r.choices[c].bytes}};
-          if (o.run.twin) cj["twin_logprob"] = st.examples[i].choices[c].logprob;
-          choices.push_back(std::move(cj));
-        }
-        Json line = Json{{"task", task.name}, {"id", ex.id}, {"gold", ex.gold}, {"pred", r.pred},
-                         {"pred_norm", r.pred_norm}, {"pred_bytes", r.pred_bytes}, {"choices", choices}};
-        if (o.run.twin)
-          line["twin_pred"] = st.examples[i].pred, line["twin_pred_norm"] = st.examples[i].pred_norm;
-        samples << line.dump() << "\n";
-      }
-    }
-    if (o.run.print) {
-      auto pm = [](const Metric& x) { return absl::StrFormat("%.4f±%.4f", x.mean, x.stderr_); };
-      auto pn_or_dash = [&](const Metric& x) { return task.acc_only ? std::string("-") : pm(x); };
-      std::printf("%-14s %6ld %7.4f  %15s %15s %15s", task.name.c_str(), mm.n, mm.chance, pm(mm.acc).c_str(),
-                  pn_or_dash(mm.acc_norm).c_str(), pn_or_dash(mm.acc_bytes).c_str());
-      if (o.run.twin)
-        std::printf("  | %15s %15s  %9.3g %9s", pm(tm.acc).c_str(), pn_or_dash(tm.acc_norm).c_str(), pa.p_value,
-                    task.acc_only ? "-" : absl::StrFormat("%.3g", pn.p_value).c_str());
-      std::printf("  %s\n", task.split.c_str());
-      std::fflush(stdout);
-    }
+    LM_ASSIGN_OR_RETURN(TaskRun tr, score_mc_task(m, o, task, encode, prefix));
+    result["tasks"][task.name] = mc_task_json(o, task, tr);
+    if (samples.is_open()) log_mc_samples(o, task, tr, samples);
+    log_info("%s: acc %.4f over %d examples", task.name, tr.model_metrics.acc.mean, tr.model_metrics.n);
   }
   if (samples.is_open()) {
     samples.close();

@@ -1,6 +1,6 @@
 // The two lmeval jobs as library calls (the app/ mains only parse flags): NLL per language
 // against the random-initialized twin, and multiple-choice tasks. Each writes its JSON into
-// runs/NAME/eval/ atomically and prints a table on stdout.
+// runs/NAME/eval/ atomically and returns it; app/ prints the tables (app/eval_tables.h).
 #pragma once
 
 #include <cstdint>
@@ -20,7 +20,6 @@ struct RunOptions {
   std::string device = "cpu";  // cpu | cuda
   std::string dtype = "fp32";  // fp32 | bf16 (bf16 only on cuda)
   std::string out;            // result file; default runs/NAME/eval/<job>.json
-  bool print = true;          // the table on stdout
 };
 
 struct NllOptions {

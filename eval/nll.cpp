@@ -3,6 +3,7 @@
 #include <cmath>
 
 #include "absl/strings/str_cat.h"
+#include "corpus/corpus.h"
 
 namespace lm::eval {
 
@@ -110,7 +111,7 @@ void count_text(NllStats& s, const std::vector<Window>& windows,
   for (const auto& w : windows) targets.insert(targets.end(), w.tokens.begin() + w.first_target, w.tokens.end());
   const std::string text = decode(targets);
   s.bytes = static_cast<int64_t>(text.size());
-  s.chars = utf8_length(text);
+  s.chars = data::count_code_points(text);
 }
 
 }  // namespace lm::eval

@@ -5,6 +5,7 @@
 #include <cmath>
 
 #include "absl/strings/str_cat.h"
+#include "corpus/corpus.h"
 
 namespace lm::eval {
 
@@ -81,7 +82,7 @@ absl::StatusOr<TaskScoring> score_task(const McTask& task, const Encoder& encode
       ChoiceResult cr;
       for (double lp : logprobs[k]) cr.logprob += lp;
       cr.tokens = static_cast<int64_t>(logprobs[k].size());
-      cr.chars = utf8_length(ex.norm_text[c]);
+      cr.chars = data::count_code_points(ex.norm_text[c]);
       cr.bytes = static_cast<int64_t>(ex.norm_text[c].size());
       r.choices.push_back(cr);
     }

@@ -1,9 +1,5 @@
 #include "eval/tasks.h"
 
-#include <bzlib.h>
-#include <unicode/normalizer2.h>
-#include <unicode/unistr.h>
-
 #include <algorithm>
 #include <cctype>
 #include <filesystem>
@@ -16,9 +12,14 @@
 #include "absl/strings/str_split.h"
 #include "core/config.h"
 #include "core/file.h"
+#include "corpus/corpus.h"
+#include "corpus/text_file.h"
 
 namespace lm::eval {
 namespace fs = std::filesystem;
+using data::nfc;
+using data::parse_csv;
+using data::read_text_file;
 
 namespace {
 
@@ -484,87 +485,6 @@ absl::StatusOr<McExample> winogrande_example(const std::string& sentence, const 
   }
   ex.gold = answer - 1;
   return ex;
-}
-
-absl::StatusOr<std::string> read_text_file(const std::string& path) {
-  if (!fs::exists(path)) return absl::NotFoundError(absl::StrCat("not found, expected ", path));
-  LM_ASSIGN_OR_RETURN(std::string raw, read_file(path));
-  if (!absl::EndsWith(path, ".bz2")) return raw;
-  // Streams one after another (pbzip2 writes several) decode into one text.
-  std::string out;
-  size_t pos = 0;
-  std::vector<char> buf(1 << 16);
-  while (pos < raw.size()) {
-    bz_stream s{};
-    if (BZ2_bzDecompressInit(&s, 0, 0) != BZ_OK) return absl::InternalError("BZ2_bzDecompressInit failed");
-    s.next_in = raw.data() + pos;
-    s.avail_in = static_cast<unsigned>(raw.size() - pos);
-    int rc = BZ_OK;
-    while (rc != BZ_STREAM_END) {
-      s.next_out = buf.data();
-      s.avail_out = static_cast<unsigned>(buf.size());
-      rc = BZ2_bzDecompress(&s);
-      const size_t produced = buf.size() - s.avail_out;
-      out.append(buf.data(), produced);
-      if ((rc != BZ_OK && rc != BZ_STREAM_END) || (rc == BZ_OK && s.avail_in == 0 && produced == 0)) {
-        BZ2_bzDecompressEnd(&s);
-        return absl::DataLossError(absl::StrCat(path, ": corrupt or truncated bzip2 data after ", out.size(),
-                                                " decoded bytes (bzip2 code ", rc, ")"));
-      }
-    }
-    pos = raw.size() - s.avail_in;
-    BZ2_bzDecompressEnd(&s);
-  }
-  return out;
-}
-
-absl::StatusOr<std::vector<std::vector<std::string>>> parse_csv(const std::string& text, const std::string& source) {
-  std::vector<std::vector<std::string>> rows;
-  std::vector<std::string> row;
-  std::string field;
-  size_t i = absl::StartsWith(text, "\xEF\xBB\xBF") ? 3 : 0;
-  bool quoted = false, any = false;
-  int line = 1;
-  for (; i < text.size(); ++i) {
-    const char c = text[i];
-    if (quoted) {
-      if (c == '"' && i + 1 < text.size() && text[i + 1] == '"') { field += '"'; ++i; }
-      else if (c == '"') quoted = false;
-      else { if (c == '\n') ++line; field += c; }
-      continue;
-    }
-    any = true;
-    if (c == '"') quoted = true;
-    else if (c == ',') { row.push_back(std::move(field)); field.clear(); }
-    else if (c == '\r') continue;
-    else if (c == '\n') {
-      row.push_back(std::move(field)); field.clear();
-      rows.push_back(std::move(row)); row.clear();
-      any = false;
-      ++line;
-    } else field += c;
-  }
-  if (quoted) return absl::DataLossError(absl::StrCat(source, ":", line, ": unterminated quoted field"));
-  if (any) { row.push_back(std::move(field)); rows.push_back(std::move(row)); }
-  return rows;
-}
-
-std::string nfc(const std::string& text) {
-  UErrorCode status = U_ZERO_ERROR;
-  const icu::Normalizer2* n = icu::Normalizer2::getNFCInstance(status);
-  if (U_FAILURE(status)) return text;
-  icu::UnicodeString u = icu::UnicodeString::fromUTF8(text);
-  icu::UnicodeString out = n->normalize(u, status);
-  if (U_FAILURE(status)) return text;
-  std::string s;
-  out.toUTF8String(s);
-  return s;
-}
-
-int64_t utf8_length(const std::string& text) {
-  int64_t n = 0;
-  for (unsigned char c : text) n += (c & 0xC0) != 0x80;
-  return n;
 }
 
 }  // namespace lm::eval

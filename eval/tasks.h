@@ -90,16 +90,4 @@ McExample copa_example(const std::string& premise, const std::string& question /
 absl::StatusOr<McExample> winogrande_example(const std::string& sentence, const std::string& option1,
                                              const std::string& option2, int answer);
 
-// ---- format helpers ----
-
-// Reads a file, decompressing it when the name ends in .bz2 (libbz2).
-absl::StatusOr<std::string> read_text_file(const std::string& path);
-// RFC 4180 CSV: quoted fields, "" escapes, CRLF or LF; a UTF-8 BOM is dropped.
-absl::StatusOr<std::vector<std::vector<std::string>>> parse_csv(const std::string& text,
-                                                                const std::string& source);
-// Unicode NFC (ICU).
-std::string nfc(const std::string& text);
-// Number of Unicode code points of UTF-8 text (Python's len()).
-int64_t utf8_length(const std::string& text);
-
 }  // namespace lm::eval

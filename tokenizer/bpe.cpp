@@ -96,10 +96,16 @@ std::vector<std::string_view> gpt2_pretokenize(std::string_view s) {
   return out;
 }
 
-ByteBpe ByteBpe::train(const std::vector<std::string>& texts, int vocab_size) {
-  ByteBpe bpe;
-  bpe.pieces_.resize(kFirstMerge);
-  for (int b = 0; b < 256; ++b) bpe.pieces_[kSpecials + b] = std::string(1, static_cast<char>(b));
+namespace {
+
+// The pre-tokenized words of `texts` as byte symbols with their counts, in a deterministic order
+// (sorted by symbols) regardless of hash-map iteration.
+struct WordCounts {
+  std::vector<std::vector<int32_t>> words;
+  std::vector<int64_t> freq;
+};
+
+WordCounts count_words(const std::vector<std::string>& texts) {
   std::unordered_map<std::string_view, int64_t> counts;
   for (const auto& t : texts)
     for (auto w : gpt2_pretokenize(t)) ++counts[w];
@@ -108,11 +114,10 @@ ByteBpe ByteBpe::train(const std::vector<std::string>& texts, int vocab_size) {
   words.reserve(counts.size());
   for (const auto& [w, c] : counts) {
     std::vector<int32_t> sym;
-    for (unsigned char ch : w) sym.push_back(kSpecials + ch);
+    for (unsigned char ch : w) sym.push_back(ByteBpe::kSpecials + ch);
     words.push_back(std::move(sym));
     freq.push_back(c);
   }
-  // Deterministic order regardless of hash-map iteration.
   std::vector<size_t> order(words.size());
   for (size_t i = 0; i < order.size(); ++i) order[i] = i;
   std::sort(order.begin(), order.end(), [&](size_t a, size_t b) { return words[a] < words[b]; });
@@ -126,6 +131,32 @@ ByteBpe ByteBpe::train(const std::vector<std::string>& texts, int vocab_size) {
     words.swap(w2);
     freq.swap(f2);
   }
+  return {std::move(words), std::move(freq)};
+}
+
+// `sym` with every (a, b) pair replaced by `id`, left to right.
+std::vector<int32_t> merge_pair(const std::vector<int32_t>& sym, int32_t a, int32_t b, int32_t id) {
+  std::vector<int32_t> merged;
+  for (size_t k = 0; k < sym.size(); ++k) {
+    if (k + 1 < sym.size() && sym[k] == a && sym[k + 1] == b) {
+      merged.push_back(id);
+      ++k;
+    } else {
+      merged.push_back(sym[k]);
+    }
+  }
+  return merged;
+}
+
+}  // namespace
+
+ByteBpe ByteBpe::train(const std::vector<std::string>& texts, int vocab_size) {
+  ByteBpe bpe;
+  bpe.pieces_.resize(kFirstMerge);
+  for (int b = 0; b < 256; ++b) bpe.pieces_[kSpecials + b] = std::string(1, static_cast<char>(b));
+  WordCounts counted = count_words(texts);
+  auto& words = counted.words;
+  const auto& freq = counted.freq;
   std::unordered_map<uint64_t, int64_t> pair_count;
   std::unordered_map<uint64_t, std::vector<int32_t>> where;  // may list a word more than once
   for (size_t w = 0; w < words.size(); ++w)
@@ -163,16 +194,7 @@ ByteBpe ByteBpe::train(const std::vector<std::string>& texts, int vocab_size) {
         pair_count[q] -= freq[w];
         touched.insert(q);
       }
-      std::vector<int32_t> merged;
-      for (size_t k = 0; k < sym.size(); ++k) {
-        if (k + 1 < sym.size() && sym[k] == a && sym[k + 1] == b) {
-          merged.push_back(id);
-          ++k;
-        } else {
-          merged.push_back(sym[k]);
-        }
-      }
-      sym.swap(merged);
+      sym = merge_pair(sym, a, b, id);
       for (size_t k = 0; k + 1 < sym.size(); ++k) {
         const uint64_t q = pair_key(sym[k], sym[k + 1]);
         pair_count[q] += freq[w];
@@ -208,17 +230,7 @@ void ByteBpe::encode_word(std::string_view word, std::vector<int32_t>* out) cons
       }
     }
     if (best == INT32_MAX) break;
-    const int32_t a = sym[at], b = sym[at + 1];
-    std::vector<int32_t> merged;
-    for (size_t k = 0; k < sym.size(); ++k) {
-      if (k + 1 < sym.size() && sym[k] == a && sym[k + 1] == b) {
-        merged.push_back(best);
-        ++k;
-      } else {
-        merged.push_back(sym[k]);
-      }
-    }
-    sym.swap(merged);
+    sym = merge_pair(sym, sym[at], sym[at + 1], best);
   }
   out->insert(out->end(), sym.begin(), sym.end());
 }

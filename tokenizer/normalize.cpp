@@ -10,7 +10,7 @@
 
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_replace.h"
-#include "data/corpus.h"
+#include "corpus/corpus.h"
 
 namespace lm::tokenizer {
 namespace {

@@ -13,7 +13,7 @@
 
 #include "absl/strings/str_format.h"
 #include "core/log.h"
-#include "data/corpus.h"
+#include "corpus/corpus.h"
 #include "tokenizer/bpe.h"
 #include "tokenizer/normalize.h"
 

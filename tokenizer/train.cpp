@@ -91,6 +91,39 @@ int split_long_line(std::string_view line, size_t max_bytes, std::vector<std::st
   return pieces;
 }
 
+namespace {
+
+// Takes whole lines of `docs` until `budget` code points are used (returned), so the ratio holds to
+// about one line even when documents are long (a Wikipedia article, a novel's chapter); lines
+// longer than `max_len` bytes are split. Counts go to `ls`, the lines to `out`.
+int64_t take_lines(const std::vector<std::string>& docs, double budget, int32_t lang_index, size_t max_len,
+                   LangSample& ls, TrainingSample& out) {
+  int64_t used = 0;
+  for (const auto& doc : docs) {
+    if (used >= budget) break;
+    ++ls.documents;
+    size_t start = 0;
+    while (start <= doc.size() && used < budget) {
+      size_t nl = doc.find('\n', start);
+      if (nl == std::string::npos) nl = doc.size();
+      std::string_view line(doc.data() + start, nl - start);
+      if (!line.empty() && line.find_first_not_of(" \t\r") != std::string_view::npos) {
+        if (line.size() > max_len) ++out.summary.long_lines_split;
+        split_long_line(line, max_len, &out.sentences);
+        out.sentence_lang.resize(out.sentences.size(), lang_index);
+        const int64_t c = data::count_code_points(line);
+        used += c;
+        ls.chars += c;
+        ls.bytes += static_cast<int64_t>(line.size());
+      }
+      start = nl + 1;
+    }
+  }
+  return used;
+}
+
+}  // namespace
+
 absl::StatusOr<TrainingSample> build_sample(const data::CorpusManifest& m, const TrainOptions& o) {
   if (o.sample_chars <= 0) return absl::InvalidArgumentError("sample_chars: must be positive");
   if (o.max_sentence_length < 256) return absl::InvalidArgumentError("max_sentence_length: must be at least 256 bytes");
@@ -139,29 +172,8 @@ absl::StatusOr<TrainingSample> build_sample(const data::CorpusManifest& m, const
     ls.weight_share += src.weight / total_w;
     ls.available_chars += per_source[i].chars;
     const double budget = o.keep_ratio ? f * quota[i] : quota[i];
-    // Whole lines until the budget is met, so the ratio holds to about one line even when
-    // documents are long (a Wikipedia article, a novel's chapter).
-    int64_t used = 0;
-    for (const auto& doc : per_source[i].docs) {
-      if (used >= budget) break;
-      ++ls.documents;
-      size_t start = 0;
-      while (start <= doc.size() && used < budget) {
-        size_t nl = doc.find('\n', start);
-        if (nl == std::string::npos) nl = doc.size();
-        std::string_view line(doc.data() + start, nl - start);
-        if (!line.empty() && line.find_first_not_of(" \t\r") != std::string_view::npos) {
-          if (line.size() > static_cast<size_t>(o.max_sentence_length)) ++out.summary.long_lines_split;
-          split_long_line(line, static_cast<size_t>(o.max_sentence_length), &out.sentences);
-          out.sentence_lang.resize(out.sentences.size(), lang_idx[src.lang]);
-          const int64_t c = data::count_code_points(line);
-          used += c;
-          ls.chars += c;
-          ls.bytes += static_cast<int64_t>(line.size());
-        }
-        start = nl + 1;
-      }
-    }
+    const int64_t used = take_lines(per_source[i].docs, budget, lang_idx[src.lang],
+                                    static_cast<size_t>(o.max_sentence_length), ls, out);
     total_chars += used;
   }
   for (const auto& l : out.langs) {

@@ -8,7 +8,7 @@
 #include <vector>
 
 #include "core/status.h"
-#include "data/corpus.h"
+#include "corpus/corpus.h"
 #include "tokenizer/recipe.h"
 #include "tokenizer/tokenizer.h"
 

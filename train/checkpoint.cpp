@@ -75,42 +75,6 @@ absl::Status save_checkpoint(const std::string& run_dir, int64_t step, model::Tr
   return absl::OkStatus();
 }
 
-absl::StatusOr<std::string> latest_checkpoint(const std::string& run_dir) {
-  const RunFolder run(run_dir);
-  LM_ASSIGN_OR_RETURN(std::string name, run.latest_name());
-  return run.checkpoint(name);
-}
-
-absl::StatusOr<std::string> find_checkpoint(const std::string& run_dir, int64_t step) {
-  std::string dir;
-  if (step < 0) {
-    LM_ASSIGN_OR_RETURN(dir, latest_checkpoint(run_dir));
-  } else {
-    dir = RunFolder(run_dir).checkpoint(step);
-  }
-  for (const char* f : {"model.safetensors", "optimizer.safetensors", "trainer.json"}) {
-    if (!fs::exists(fs::path(dir) / f))
-      return absl::NotFoundError(absl::StrCat(dir, ": checkpoint is missing ", f,
-                                              " (incomplete or damaged; pick another with --step)"));
-  }
-  return dir;
-}
-
-absl::StatusOr<Json> read_trainer_state(const std::string& ckpt_dir) {
-  LM_ASSIGN_OR_RETURN(Json j, read_json_file((fs::path(ckpt_dir) / "trainer.json").string()));
-  for (const char* key : {"step", "tokens", "data_cursor", "config", "tokenizer_hash", "world_size"}) {
-    if (!j.contains(key))
-      return absl::DataLossError(absl::StrCat(ckpt_dir, "/trainer.json: field '", key, "' is missing"));
-  }
-  return j;
-}
-
-absl::Status load_model(const std::string& ckpt_dir, model::Transformer& model) {
-  const std::string path = (fs::path(ckpt_dir) / "model.safetensors").string();
-  LM_ASSIGN_OR_RETURN(auto f, model::load_safetensors(path));
-  return model::load_module_state(*model, f, path);
-}
-
 absl::Status load_optimizer(const std::string& ckpt_dir, AdamW& optim) {
   const std::string path = (fs::path(ckpt_dir) / "optimizer.safetensors").string();
   LM_ASSIGN_OR_RETURN(auto f, model::load_safetensors(path));
@@ -140,20 +104,6 @@ absl::Status set_cpu_rng_state(const std::string& hex) {
     return absl::DataLossError(std::string("rng state: ") + e.what());
   }
   return absl::OkStatus();
-}
-
-absl::StatusOr<TrainedModel> load_trained_model(const std::string& run_dir, int64_t step) {
-  const RunFolder run(run_dir);
-  TrainedModel t;
-  LM_ASSIGN_OR_RETURN(t.run_config, read_json_file(run.config()));
-  if (!t.run_config.contains("model"))
-    return absl::DataLossError(run.config() + ": field 'model' is missing (not a run folder written by 'lmtrain fit'?)");
-  LM_RETURN_IF_ERROR(from_json(t.run_config["model"], t.config, "model"));
-  LM_ASSIGN_OR_RETURN(t.checkpoint, find_checkpoint(run_dir, step));
-  LM_ASSIGN_OR_RETURN(t.trainer, read_trainer_state(t.checkpoint));
-  t.model = model::Transformer(t.config);
-  LM_RETURN_IF_ERROR(load_model(t.checkpoint, t.model));
-  return t;
 }
 
 }  // namespace lm::train

@@ -11,14 +11,14 @@
 #include "core/file.h"
 #include "core/log.h"
 #include "core/run_folder.h"
-#include "core/runtime.h"
+#include "runtime/runtime.h"
 #include "model/transformer.h"
 #include "model/verify.h"
 #include "train/checkpoint.h"
 #include "train/device.h"
 #include "train/distributed.h"
 #include "train/grad_sync.h"
-#include "train/hf_export.h"
+#include "model/hf_export.h"
 #include "train/optim.h"
 
 namespace lm::train {
@@ -160,7 +160,7 @@ absl::Status Trainer::build_model() {
   torch::manual_seed(tc_.seed);
   model_ = model::Transformer(req_.model);
   model_->init_weights(tc_.seed);
-  if (!req_.init_from.empty() && !req_.resume) LM_RETURN_IF_ERROR(init_from_hf(req_.init_from, model_));
+  if (!req_.init_from.empty() && !req_.resume) LM_RETURN_IF_ERROR(model::init_from_hf(req_.init_from, model_));
   model_->to(device_);
   model_->train();
   for (const auto& p : model_->named_parameters()) params_.emplace_back(p.key(), p.value());

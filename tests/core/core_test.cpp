@@ -4,7 +4,7 @@
 #include <filesystem>
 #include <fstream>
 
-#include "core/runtime.h"
+#include "runtime/runtime.h"
 #include "core/config.h"
 #include "core/file.h"
 #include "core/log.h"

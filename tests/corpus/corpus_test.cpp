@@ -3,13 +3,15 @@
 // dropping and exact dedup.
 #include <gtest/gtest.h>
 #include <unistd.h>
+#include <bzlib.h>
 #include <zlib.h>
 
 #include <filesystem>
 #include <fstream>
 #include <set>
 
-#include "data/corpus.h"
+#include "corpus/corpus.h"
+#include "corpus/text_file.h"
 
 namespace fs = std::filesystem;
 using lm::data::CorpusManifest;
@@ -272,6 +274,40 @@ TEST_F(CorpusTest, RepositorySampleManifestLoads) {
     EXPECT_EQ(st.invalid_skipped, 0);
   }
   EXPECT_TRUE(langs.count("bn") && langs.count("en"));
+}
+
+TEST(TextFile, CsvQuotesAndNewlines) {
+  auto rows = lm::data::parse_csv("\xEF\xBB\xBF" "a,b,c\r\n\"x, y\",\"say \"\"hi\"\"\",\"two\nlines\"\n1,,3", "t.csv");
+  ASSERT_TRUE(rows.ok());
+  ASSERT_EQ(rows->size(), 3u);
+  EXPECT_EQ((*rows)[0], (std::vector<std::string>{"a", "b", "c"}));
+  EXPECT_EQ((*rows)[1], (std::vector<std::string>{"x, y", "say \"hi\"", "two\nlines"}));
+  EXPECT_EQ((*rows)[2], (std::vector<std::string>{"1", "", "3"}));
+  EXPECT_FALSE(lm::data::parse_csv("\"open", "t.csv").ok());
+  EXPECT_EQ(lm::data::count_code_points("কক"), 2);
+}
+
+// Two bzip2 streams back to back (as pbzip2 writes) read as one text; a cut file is DataLoss.
+TEST_F(CorpusTest, ReadTextFileBz2Streams) {
+  auto compress = [](std::string text) {
+    std::string out(text.size() + 1024, '\0');
+    unsigned int n = static_cast<unsigned int>(out.size());
+    EXPECT_EQ(BZ2_bzBuffToBuffCompress(out.data(), &n, text.data(), static_cast<unsigned int>(text.size()), 9, 0, 0),
+              BZ_OK);
+    out.resize(n);
+    return out;
+  };
+  const std::string both = compress("প্রথম line\n") + compress("second line\n");
+  const std::string path = (fs::path(dir_) / "t.txt.bz2").string();
+  std::ofstream(path, std::ios::binary) << both;
+  auto text = lm::data::read_text_file(path);
+  LM_ASSERT_OK(text.status());
+  EXPECT_EQ(*text, "প্রথম line\nsecond line\n");
+  std::ofstream(path, std::ios::binary | std::ios::trunc) << both.substr(0, both.size() - 10);
+  auto cut = lm::data::read_text_file(path);
+  EXPECT_EQ(cut.status().code(), absl::StatusCode::kDataLoss);
+  EXPECT_NE(std::string(cut.status().message()).find(path), std::string::npos) << cut.status();
+  EXPECT_EQ(lm::data::read_text_file(path + ".none").status().code(), absl::StatusCode::kNotFound);
 }
 
 }  // namespace

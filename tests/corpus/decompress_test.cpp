@@ -1,7 +1,7 @@
 // Compressed corpora by magic bytes: the same documents from plain, gzip, zstd, bzip2 and xz files
 // (whatever their names), multi-stream files, truncation as DataLoss naming the file, and formats
 // that are not text refused by name before any line is read.
-#include "data/decompress.h"
+#include "corpus/decompress.h"
 
 #include <bzlib.h>
 #include <gtest/gtest.h>
@@ -13,7 +13,7 @@
 #include <filesystem>
 #include <fstream>
 
-#include "data/corpus.h"
+#include "corpus/corpus.h"
 
 namespace fs = std::filesystem;
 

@@ -16,7 +16,7 @@
 #include "core/config.h"
 #include "core/file.h"
 #include "core/log.h"
-#include "data/corpus.h"
+#include "corpus/corpus.h"
 #include "data/shard.h"
 #include "data/shard_set.h"
 #include "eval/evaluate.h"
@@ -212,7 +212,6 @@ TEST_F(RunFolder, NllTrainedWellBelowTwin) {
   NllOptions o;
   o.run.run = run();
   o.run.twin = true;
-  o.run.print = false;
   o.data = shards();
   o.dump_tokens = dir() + "/nll_dump.json";
   auto j = run_nll(o);
@@ -240,7 +239,6 @@ TEST_F(RunFolder, NllTrainedWellBelowTwin) {
 TEST_F(RunFolder, NllTextSlidingWindow) {
   NllOptions o;
   o.run.run = run();
-  o.run.print = false;
   o.run.out = dir() + "/nll_text.json";
   o.text = heldout();
   auto flat = run_nll(o);
@@ -263,7 +261,6 @@ TEST_F(RunFolder, NllTextSlidingWindow) {
 TEST_F(RunFolder, NllHarnessDefinitionScoresDocumentsAlone) {
   NllOptions o;
   o.run.run = run();
-  o.run.print = false;
   o.run.out = dir() + "/nll_docs.json";
   o.text = heldout();
   auto stream = run_nll(o);
@@ -292,7 +289,6 @@ TEST_F(RunFolder, McOnSampleBenchWithTwin) {
   McOptions o;
   o.run.run = run();
   o.run.twin = true;
-  o.run.print = false;
   o.data_dir = bench;
   // PIQA's solutions are longer than this model's context of 64 tokens: refused, as the harness does.
   o.tasks = {"piqa"};

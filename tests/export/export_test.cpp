@@ -18,12 +18,12 @@
 #include "model/transformer.h"
 #include "tests/train/synthetic_source.h"
 #include "train/checkpoint.h"
-#include "train/hf_export.h"
-#include "train/hf_tokenizer.h"
+#include "model/hf_export.h"
+#include "model/hf_tokenizer.h"
 #include "train/optim.h"
-#include "train/report.h"
+#include "report/report.h"
 #include "train/trainer.h"
-#include "data/corpus.h"
+#include "corpus/corpus.h"
 #include "tokenizer/tokenizer.h"
 #include "tokenizer/train.h"
 
@@ -36,6 +36,8 @@
 namespace lm::train {
 namespace {
 namespace fs = std::filesystem;
+// The exports live in lm::model (model/hf_export.h, model/hf_tokenizer.h) since they moved beside the model.
+using namespace lm::model;
 
 fs::path temp_dir(const std::string& name) {
   auto p = fs::temp_directory_path() / ("lm_export_test_" + std::to_string(getpid())) / name;
@@ -251,7 +253,7 @@ TEST_F(ExportTest, ExportRoundTripTensorsAndConfig) {
       EXPECT_EQ(back->tie_embeddings, tied);
       auto tc = read_json_file(o.out + "/tokenizer_config.json");
       LM_ASSERT_OK(tc.status());
-      // A placeholder tokenizer.model: no tokenizer.json, LlamaTokenizer converts it (train/hf_tokenizer.h).
+      // A placeholder tokenizer.model: no tokenizer.json, LlamaTokenizer converts it (model/hf_tokenizer.h).
       EXPECT_EQ((*tc)["tokenizer_class"], "LlamaTokenizer");
       EXPECT_FALSE(fs::exists(o.out + "/tokenizer.json"));
       EXPECT_EQ((*tc)["add_bos_token"], true);
@@ -620,7 +622,7 @@ TEST_F(ExportTest, ReportHasCurvesTablesAndPngs) {
   Json mc = {{"step", 20}, {"tasks", {{"copa", {{"n", 100}, {"chance", 0.5}, {"model", {{"acc", 0.61}}}, {"twin", {{"acc", 0.49}}}}}}}};
   LM_ASSERT_OK(write_json_file((run / "eval/nll.json").string(), nll));
   LM_ASSERT_OK(write_json_file((run / "eval/mc.json").string(), mc));
-  auto rep = write_report(r.run_dir);
+  auto rep = report::write_report(r.run_dir);
   LM_ASSERT_OK(rep.status());
   const std::string html = *read_file(rep->html);
   // Curves: train loss with one point per logged step (10), validation per language (5 evals).

@@ -10,7 +10,7 @@
 #include <string>
 
 #include "core/config.h"
-#include "data/corpus.h"
+#include "corpus/corpus.h"
 #include "data/shard_set.h"
 #include "model/config.h"
 #include "train/config.h"

@@ -1,4 +1,4 @@
-// libFuzzer target: the corpus text readers (data/corpus.cpp, for_each_document_in_file: the
+// libFuzzer target: the corpus text readers (corpus/corpus.cpp, for_each_document_in_file: the
 // line reader over zlib, UTF-8 validation, NFC, paragraphs, JSONL). Byte 0 picks the mode,
 // the rest is the file:
 //   bits 0-1: format, lines | paragraphs | jsonl | jsonl with text_field "body"
@@ -12,7 +12,7 @@
 #include <cstdlib>
 #include <string>
 
-#include "data/corpus.h"
+#include "corpus/corpus.h"
 #include "tests/fuzz/fuzz_util.h"
 
 namespace {

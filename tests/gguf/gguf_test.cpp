@@ -1,4 +1,4 @@
-// GGUF writer (model/gguf.h) and export (train/gguf_export.h): header and alignment read back by
+// GGUF writer (model/gguf.h) and export (model/gguf_export.h): header and alignment read back by
 // an independent parser written from the spec, Q8_0 against ggml's reference quantizer, the q/k
 // row permutation against llama.cpp's interleaved rotary, tensor names, the spm.model reader.
 #include <gtest/gtest.h>
@@ -17,10 +17,10 @@
 #include "model/transformer.h"
 #include "tokenizer/tokenizer.h"
 #include "train/checkpoint.h"
-#include "train/gguf_export.h"
+#include "model/gguf_export.h"
 #include "train/optim.h"
 #include "train/trainer.h"
-#include "data/corpus.h"
+#include "corpus/corpus.h"
 #include "tokenizer/train.h"
 
 #define LM_ASSERT_OK(expr)                         \
@@ -210,19 +210,19 @@ TEST(GgufWriter, Q8_0MatchesGgmlReferenceBitForBit) {
 // --- export pieces ---------------------------------------------------------------------------
 
 TEST(GgufExport, TensorNamesFollowLlamaCpp) {
-  EXPECT_EQ(train::gguf_tensor_name("model.embed_tokens.weight"), "token_embd.weight");
-  EXPECT_EQ(train::gguf_tensor_name("model.layers.11.self_attn.q_proj.weight"), "blk.11.attn_q.weight");
-  EXPECT_EQ(train::gguf_tensor_name("model.layers.0.self_attn.o_proj.weight"), "blk.0.attn_output.weight");
-  EXPECT_EQ(train::gguf_tensor_name("model.layers.0.post_attention_layernorm.weight"), "blk.0.ffn_norm.weight");
-  EXPECT_EQ(train::gguf_tensor_name("model.layers.3.mlp.down_proj.weight"), "blk.3.ffn_down.weight");
-  EXPECT_EQ(train::gguf_tensor_name("model.norm.weight"), "output_norm.weight");
-  EXPECT_EQ(train::gguf_tensor_name("lm_head.weight"), "output.weight");
-  EXPECT_EQ(train::gguf_tensor_name("model.layers.0.mlp.fancy.weight"), "");
+  EXPECT_EQ(model::gguf_tensor_name("model.embed_tokens.weight"), "token_embd.weight");
+  EXPECT_EQ(model::gguf_tensor_name("model.layers.11.self_attn.q_proj.weight"), "blk.11.attn_q.weight");
+  EXPECT_EQ(model::gguf_tensor_name("model.layers.0.self_attn.o_proj.weight"), "blk.0.attn_output.weight");
+  EXPECT_EQ(model::gguf_tensor_name("model.layers.0.post_attention_layernorm.weight"), "blk.0.ffn_norm.weight");
+  EXPECT_EQ(model::gguf_tensor_name("model.layers.3.mlp.down_proj.weight"), "blk.3.ffn_down.weight");
+  EXPECT_EQ(model::gguf_tensor_name("model.norm.weight"), "output_norm.weight");
+  EXPECT_EQ(model::gguf_tensor_name("lm_head.weight"), "output.weight");
+  EXPECT_EQ(model::gguf_tensor_name("model.layers.0.mlp.fancy.weight"), "");
   // Every parameter of a model has a name.
   auto c = *model::preset("tiny");
   c.tie_embeddings = false;
   model::Transformer m(c);
-  for (auto& [name, t] : model::module_state(*m)) EXPECT_NE(train::gguf_tensor_name(name), "") << name;
+  for (auto& [name, t] : model::module_state(*m)) EXPECT_NE(model::gguf_tensor_name(name), "") << name;
 }
 
 // llama.cpp's ROPE_TYPE_NORM (ggml rope, mode 0): pairs (2i, 2i+1) rotated by pos * theta^(-2i/D).
@@ -252,7 +252,7 @@ TEST(GgufExport, PermutedRowsGiveLlamaCppTheSameRotaryScores) {
     return model::apply_rotary(v, cos.narrow(0, pos, 1), sin.narrow(0, pos, 1)).view({h, D});
   };
   auto theirs = [&](const torch::Tensor& w, const torch::Tensor& in, int64_t h, int64_t pos, bool permute) {
-    auto wp = permute ? train::permute_rope_rows(w, h) : w;
+    auto wp = permute ? model::permute_rope_rows(w, h) : w;
     return interleaved_rope(torch::matmul(wp, in).view({h, D}), pos, 10000.0);
   };
   // Scores of query head h against kv head h / (H / Hkv), as GQA pairs them.
@@ -303,7 +303,7 @@ TEST(GgufExport, ReadsSpmVocabAndRejectsOtherFiles) {
   ASSERT_FALSE(dir.empty()) << "could not train a tokenizer on data/sample";
   auto bytes = read_file(std::string(dir) + "/spm.model");
   LM_ASSERT_OK(bytes.status());
-  auto v = train::read_spm_vocab(*bytes, "spm.model");
+  auto v = model::read_spm_vocab(*bytes, "spm.model");
   LM_ASSERT_OK(v.status());
   auto tok = tokenizer::Tokenizer::load(dir);
   LM_ASSERT_OK(tok.status());
@@ -315,10 +315,10 @@ TEST(GgufExport, ReadsSpmVocabAndRejectsOtherFiles) {
   EXPECT_EQ(v->types[tok->bos_id()], 3);   // CONTROL
   EXPECT_EQ(v->types[tok->unk_id()], 2);   // UNKNOWN
   EXPECT_EQ(v->model_type, 1);             // UNIGRAM
-  auto truncated = train::read_spm_vocab(bytes->substr(0, bytes->size() / 2), "half.model");
+  auto truncated = model::read_spm_vocab(bytes->substr(0, bytes->size() / 2), "half.model");
   EXPECT_EQ(truncated.status().code(), absl::StatusCode::kDataLoss);
   EXPECT_NE(truncated.status().message().find("half.model"), std::string::npos);
-  EXPECT_FALSE(train::read_spm_vocab("placeholder spm bytes", "p.model").ok());
+  EXPECT_FALSE(model::read_spm_vocab("placeholder spm bytes", "p.model").ok());
 }
 
 // export_gguf on a run folder (tiny model, real tokenizer), read back by the spec parser above:
@@ -346,7 +346,7 @@ TEST(GgufExport, ExportsARunFolder) {
   LM_ASSERT_OK(train::save_checkpoint(run.string(), 3, m, opt, state, 1));
 
   const std::string out = (run / "m.gguf").string();
-  auto r = train::export_gguf({run.string(), -1, out, "q8_0"});
+  auto r = model::export_gguf({run.string(), -1, out, "q8_0"});
   LM_ASSERT_OK(r.status());
   EXPECT_EQ(r->step, 3);
   auto bytes = read_file(out);
@@ -376,18 +376,18 @@ TEST(GgufExport, ExportsARunFolder) {
   for (auto& [name, info] : g.tensors) EXPECT_EQ(info.offset % 32, 0u) << name;
   // attn_q holds the permuted rows: compare the f32 export with permute_rope_rows of the weight.
   const std::string out32 = (run / "m32.gguf").string();
-  LM_ASSERT_OK(train::export_gguf({run.string(), -1, out32, "f32"}).status());
+  LM_ASSERT_OK(model::export_gguf({run.string(), -1, out32, "f32"}).status());
   auto b32 = read_file(out32);
   LM_ASSERT_OK(b32.status());
   Parsed g32 = parse(*b32);
   std::map<std::string, Parsed::Info> n32(g32.tensors.begin(), g32.tensors.end());
-  auto q = train::permute_rope_rows(m->named_parameters()["model.layers.0.self_attn.q_proj.weight"].detach(), cfg.n_heads);
+  auto q = model::permute_rope_rows(m->named_parameters()["model.layers.0.self_attn.q_proj.weight"].detach(), cfg.n_heads);
   EXPECT_EQ(std::memcmp(b32->data() + g32.data_start + n32["blk.0.attn_q.weight"].offset, q.data_ptr(), q.numel() * 4), 0);
   // Errors name the file and say what to do.
-  auto bad_type = train::export_gguf({run.string(), -1, out, "q4_0"});
+  auto bad_type = model::export_gguf({run.string(), -1, out, "q4_0"});
   EXPECT_EQ(bad_type.status().code(), absl::StatusCode::kInvalidArgument);
   ASSERT_TRUE(write_file_atomic((run / "tokenizer/spm.model").string(), "placeholder spm bytes").ok());
-  auto bad_spm = train::export_gguf({run.string(), -1, out, "f16"});
+  auto bad_spm = model::export_gguf({run.string(), -1, out, "f16"});
   EXPECT_EQ(bad_spm.status().code(), absl::StatusCode::kDataLoss);
   EXPECT_NE(bad_spm.status().message().find("tokenizer/spm.model"), std::string::npos) << bad_spm.status();
   EXPECT_NE(bad_spm.status().message().find("re-run"), std::string::npos) << bad_spm.status();

@@ -10,7 +10,7 @@
 #include <fstream>
 
 #include "core/file.h"
-#include "data/corpus.h"
+#include "corpus/corpus.h"
 #include "tokenizer/bpe.h"
 #include "tokenizer/normalize.h"
 #include "tokenizer/report.h"

@@ -8,7 +8,7 @@
 #include <fstream>
 
 #include "core/log.h"
-#include "core/runtime.h"
+#include "runtime/runtime.h"
 #include "model/config.h"
 #include "tests/train/synthetic_source.h"
 #include "train/distributed.h"

@@ -6,7 +6,7 @@
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
-#include "core/runtime.h"
+#include "runtime/runtime.h"
 #include "model/config.h"
 #include "model/transformer.h"
 #include "model/verify.h"

@@ -20,9 +20,9 @@
 
 #include "core/status.h"
 #include "model/gguf.h"
-#include "train/hf_export.h"
+#include "model/hf_export.h"
 
-namespace lm::train {
+namespace lm::model {
 
 struct GgufExportOptions {
   std::string run_dir;
@@ -61,4 +61,4 @@ uint32_t gguf_file_type(const std::string& type);
 
 absl::StatusOr<ExportResult> export_gguf(const GgufExportOptions& opt);
 
-}  // namespace lm::train
+}  // namespace lm::model

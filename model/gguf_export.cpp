@@ -1,4 +1,4 @@
-#include "train/gguf_export.h"
+#include "model/gguf_export.h"
 
 #include <cstring>
 #include <filesystem>
@@ -8,9 +8,9 @@
 #include "core/config.h"
 #include "core/file.h"
 #include "model/safetensors.h"
-#include "train/checkpoint.h"
+#include "model/checkpoint_reader.h"
 
-namespace lm::train {
+namespace lm::model {
 namespace fs = std::filesystem;
 namespace {
 
@@ -303,4 +303,4 @@ absl::StatusOr<ExportResult> export_gguf(const GgufExportOptions& opt) {
   return r;
 }
 
-}  // namespace lm::train
+}  // namespace lm::model

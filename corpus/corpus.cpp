@@ -1,4 +1,4 @@
-#include "data/corpus.h"
+#include "corpus/corpus.h"
 
 #include <glob.h>
 #include <sys/stat.h>
@@ -16,7 +16,7 @@
 
 #include "core/config.h"
 #include "core/file.h"
-#include "data/decompress.h"
+#include "corpus/decompress.h"
 
 namespace lm::data {
 namespace {
@@ -57,7 +57,7 @@ bool is_blank(std::string_view s) {
   return true;
 }
 
-// Reads a file line by line, decompressed by its magic bytes (data/decompress.h); lines of any length.
+// Reads a file line by line, decompressed by its magic bytes (corpus/decompress.h); lines of any length.
 class LineReader {
  public:
   explicit LineReader(std::unique_ptr<ByteStream> in) : in_(std::move(in)) {}

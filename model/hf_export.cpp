@@ -1,18 +1,20 @@
-#include "train/hf_export.h"
+#include "model/hf_export.h"
 
 #include <algorithm>
 #include <filesystem>
+#include <functional>
 #include <sstream>
 
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_replace.h"
 #include "core/file.h"
 #include "core/log.h"
 #include "core/run_folder.h"
 #include "model/safetensors.h"
-#include "train/checkpoint.h"
-#include "train/hf_tokenizer.h"
+#include "model/checkpoint_reader.h"
+#include "model/hf_tokenizer.h"
 
-namespace lm::train {
+namespace lm::model {
 namespace fs = std::filesystem;
 namespace {
 
@@ -41,37 +43,46 @@ std::string num_at(const Json& j, std::initializer_list<const char*> path, const
   return absl::StrFormat(f, p->get<double>());
 }
 
+// One markdown section per result file: `intro` (its "{step}" replaced by the file's step) and
+// one row per entry of j[key], made by `row`; nothing when the file or the key is absent.
+std::string json_section(const absl::StatusOr<Json>& j, const char* key, const std::string& intro,
+                         const std::function<std::string(const std::string&, const Json&)>& row) {
+  if (!j.ok() || !at(*j, {key}) || !(*j)[key].is_object()) return "";
+  std::string out = absl::StrReplaceAll(intro, {{"{step}", at(*j, {"step"}) ? (*j)["step"].dump() : "?"}});
+  for (auto& [name, v] : (*j)[key].items()) out += row(name, v);
+  return out;
+}
+
 // Markdown tables of eval/nll.json and eval/mc.json (layout: docs/eval.md "Result JSON"); every
 // number is copied from the JSON (rounded to 4 decimals), nothing is recomputed here.
 std::string eval_tables(const std::string& run_dir) {
-  std::string out;
   auto load = [&](const char* name) -> absl::StatusOr<Json> {
     const fs::path p = fs::path(RunFolder(run_dir).eval()) / name;
     if (!fs::exists(p)) return absl::NotFoundError(p.string());
     return read_json_file(p.string());
   };
-  if (auto j = load("nll.json"); j.ok() && at(*j, {"languages"}) && (*j)["languages"].is_object()) {
-    out += absl::StrFormat("\nHeld-out NLL at step %s (`eval/nll.json`; twin = the same architecture at its random "
-                           "initialization):\n\n| language | tokens | nats/token | twin nats/token | twin − model | "
-                           "bits/byte | twin bits/byte |\n|---|---|---|---|---|---|---|\n",
-                           at(*j, {"step"}) ? (*j)["step"].dump() : "?");
-    for (auto& [lang, v] : (*j)["languages"].items())
-      out += absl::StrFormat("| %s | %s | %s | %s | %s | %s | %s |\n", lang, num_at(v, {"model", "tokens"}, "%.0f"),
-                             num_at(v, {"model", "nats_per_token"}), num_at(v, {"twin", "nats_per_token"}),
-                             num_at(v, {"twin_minus_model", "nats_per_token"}), num_at(v, {"model", "bits_per_byte"}),
-                             num_at(v, {"twin", "bits_per_byte"}));
-  }
-  if (auto j = load("mc.json"); j.ok() && at(*j, {"tasks"}) && (*j)["tasks"].is_object()) {
-    out += absl::StrFormat("\nZero-shot multiple choice at step %s (`eval/mc.json`; acc ± stderr, p: exact McNemar "
-                           "model vs twin):\n\n| task | n | chance | acc | ± | twin acc | acc_norm | twin acc_norm | p |"
-                           "\n|---|---|---|---|---|---|---|---|---|\n",
-                           at(*j, {"step"}) ? (*j)["step"].dump() : "?");
-    for (auto& [task, v] : (*j)["tasks"].items())
-      out += absl::StrFormat("| %s | %s | %s | %s | %s | %s | %s | %s | %s |\n", task, num_at(v, {"n"}, "%.0f"),
-                             num_at(v, {"chance"}), num_at(v, {"acc"}), num_at(v, {"acc_stderr"}),
-                             num_at(v, {"twin", "acc"}), num_at(v, {"acc_norm"}), num_at(v, {"twin", "acc_norm"}),
-                             num_at(v, {"paired_acc", "p_value"}));
-  }
+  std::string out = json_section(
+      load("nll.json"), "languages",
+      "\nHeld-out NLL at step {step} (`eval/nll.json`; twin = the same architecture at its random "
+      "initialization):\n\n| language | tokens | nats/token | twin nats/token | twin − model | "
+      "bits/byte | twin bits/byte |\n|---|---|---|---|---|---|---|\n",
+      [](const std::string& lang, const Json& v) {
+        return absl::StrFormat("| %s | %s | %s | %s | %s | %s | %s |\n", lang, num_at(v, {"model", "tokens"}, "%.0f"),
+                               num_at(v, {"model", "nats_per_token"}), num_at(v, {"twin", "nats_per_token"}),
+                               num_at(v, {"twin_minus_model", "nats_per_token"}), num_at(v, {"model", "bits_per_byte"}),
+                               num_at(v, {"twin", "bits_per_byte"}));
+      });
+  out += json_section(
+      load("mc.json"), "tasks",
+      "\nZero-shot multiple choice at step {step} (`eval/mc.json`; acc ± stderr, p: exact McNemar "
+      "model vs twin):\n\n| task | n | chance | acc | ± | twin acc | acc_norm | twin acc_norm | p |"
+      "\n|---|---|---|---|---|---|---|---|---|\n",
+      [](const std::string& task, const Json& v) {
+        return absl::StrFormat("| %s | %s | %s | %s | %s | %s | %s | %s | %s |\n", task, num_at(v, {"n"}, "%.0f"),
+                               num_at(v, {"chance"}), num_at(v, {"acc"}), num_at(v, {"acc_stderr"}),
+                               num_at(v, {"twin", "acc"}), num_at(v, {"acc_norm"}), num_at(v, {"twin", "acc_norm"}),
+                               num_at(v, {"paired_acc", "p_value"}));
+      });
   return out;
 }
 
@@ -261,7 +272,7 @@ absl::StatusOr<ExportResult> export_hf(const ExportOptions& opt) {
   LM_RETURN_IF_ERROR(write_file_atomic((out / "tokenizer.model").string(), spm_bytes));
   // tokenizer.json: what AutoTokenizer loads in transformers 5 (tokenizers only). With it the class
   // is the generic PreTrainedTokenizerFast, because LlamaTokenizer would rebuild a BPE model and
-  // ignore the file (train/hf_tokenizer.h). Without it (BPE or user-defined pieces) LlamaTokenizer.
+  // ignore the file (model/hf_tokenizer.h). Without it (BPE or user-defined pieces) LlamaTokenizer.
   std::string tok_class = "LlamaTokenizer";
   if (auto tj = hf_tokenizer_json(spm_bytes, sp, spm.string()); tj.ok()) {
     LM_RETURN_IF_ERROR(write_file_atomic((out / "tokenizer.json").string(), tj->dump()));
@@ -327,4 +338,4 @@ absl::Status init_from_hf(const std::string& dir, model::Transformer& model) {
   return model::load_module_state(*model, f, st, /*allow_dtype_cast=*/true);
 }
 
-}  // namespace lm::train
+}  // namespace lm::model

@@ -13,9 +13,9 @@
 
 #include "core/config.h"
 #include "core/status.h"
-#include "train/hf_export.h"
+#include "model/hf_export.h"
 
-namespace lm::train {
+namespace lm::model {
 
 // `spm_model` is the serialized ModelProto (spm.model's bytes). Unimplemented for BPE models and
 // models with user-defined pieces (the JSON would need merges / a Split pre-tokenizer).
@@ -25,4 +25,4 @@ absl::StatusOr<Json> hf_tokenizer_json(const std::string& spm_model, const Speci
 // RFC 4648 base64 with padding (tokenizers stores the charsmap so).
 std::string base64(const std::string& bytes);
 
-}  // namespace lm::train
+}  // namespace lm::model

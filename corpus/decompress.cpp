@@ -1,4 +1,4 @@
-#include "data/decompress.h"
+#include "corpus/decompress.h"
 
 #include <bzlib.h>
 #include <lzma.h>

@@ -8,7 +8,7 @@
 #include <string>
 #include <vector>
 
-namespace lm::train {
+namespace lm::report {
 
 struct Series {
   std::string name;
@@ -33,4 +33,4 @@ std::string html_escape(const std::string& s);
 // PNG bytes of an 8-bit RGB image (rgb.size() == 3*w*h, row-major).
 std::string encode_png(const std::vector<uint8_t>& rgb, int width, int height);
 
-}  // namespace lm::train
+}  // namespace lm::report

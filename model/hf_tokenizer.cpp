@@ -1,4 +1,4 @@
-#include "train/hf_tokenizer.h"
+#include "model/hf_tokenizer.h"
 
 #include <cstdint>
 #include <cstring>
@@ -6,7 +6,7 @@
 
 #include "absl/strings/str_cat.h"
 
-namespace lm::train {
+namespace lm::model {
 namespace {
 
 // A protobuf wire-format reader, enough for sentencepiece_model.proto's scalars, strings and
@@ -182,4 +182,4 @@ absl::StatusOr<Json> hf_tokenizer_json(const std::string& spm_model, const Speci
               {"model", Json{{"type", "Unigram"}, {"unk_id", m.unk_id}, {"vocab", vocab}, {"byte_fallback", m.byte_fallback}}}};
 }
 
-}  // namespace lm::train
+}  // namespace lm::model

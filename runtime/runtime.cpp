@@ -1,4 +1,4 @@
-#include "core/runtime.h"
+#include "runtime/runtime.h"
 
 #include <ATen/Context.h>
 #include <ATen/Parallel.h>
@@ -19,7 +19,7 @@
 #include <thread>
 
 #include "absl/strings/str_format.h"
-#include "core/torch_version.h"
+#include "runtime/torch_version.h"
 
 namespace lm {
 namespace {

@@ -1,4 +1,4 @@
-#include "train/report.h"
+#include "report/report.h"
 
 #include <cmath>
 #include <filesystem>
@@ -9,9 +9,9 @@
 #include "core/config.h"
 #include "core/file.h"
 #include "core/run_folder.h"
-#include "train/plot.h"
+#include "report/plot.h"
 
-namespace lm::train {
+namespace lm::report {
 namespace fs = std::filesystem;
 namespace {
 
@@ -83,17 +83,9 @@ double num(const Json& j, const char* k) {
   return j.contains(k) && j[k].is_number() ? j[k].get<double>() : NAN;
 }
 
-}  // namespace
 
-absl::StatusOr<ReportResult> write_report(const std::string& run_dir, const std::string& out_html) {
-  const RunFolder run(run_dir);
-  LM_ASSIGN_OR_RETURN(Json cfg, read_json_file(run.config()));
-  LM_ASSIGN_OR_RETURN(std::vector<Json> metrics, read_metrics(run.metrics()));
-  ReportResult r;
-  r.html = out_html.empty() ? run.report() : out_html;
-  r.metric_rows = static_cast<int64_t>(metrics.size());
-
-  // Curves against tokens seen (the unit that compares runs with other batch sizes).
+// Curves against tokens seen (the unit that compares runs with other batch sizes): file name and plot.
+std::vector<std::pair<std::string, Plot>> training_plots(const std::vector<Json>& metrics) {
   Series train_loss{"train"}, lr{"lr"}, tps{"tokens/s"}, mfu{"mfu"};
   std::map<std::string, Series> val;
   for (const Json& m : metrics) {
@@ -114,15 +106,15 @@ absl::StatusOr<ReportResult> write_report(const std::string& run_dir, const std:
   }
   Plot loss{"loss", "tokens seen", "nats/token", {train_loss}};
   for (auto& [lang, s] : val) loss.series.push_back(s);
-  std::vector<std::pair<std::string, Plot>> plots = {
+  return {
       {"loss", loss},
       {"lr", Plot{"learning rate", "tokens seen", "lr", {lr}}},
       {"throughput", Plot{"throughput", "tokens seen", "tok/s", {tps}}},
       {"mfu", Plot{"model FLOPs utilisation", "tokens seen", "MFU %", {mfu}}},
   };
+}
 
-  const fs::path dir(run_dir);
-  const std::string name = dir.filename().empty() ? dir.parent_path().filename().string() : dir.filename().string();
+std::string html_head(const std::string& name) {
   std::string h;
   h += "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\"><title>lmforge run " + html_escape(name) + "</title>\n";
   h += "<style>body{font-family:'Noto Sans Bengali','Kalpurush','SolaimanLipi','Noto Sans',sans-serif;max-width:1340px;"
@@ -132,11 +124,11 @@ absl::StatusOr<ReportResult> write_report(const std::string& run_dir, const std:
        "flex-wrap:wrap;gap:12px}.meta{color:#555;font-size:13px}pre{background:#f7f7f7;padding:8px;font-size:12px;"
        "overflow:auto}</style></head><body>\n";
   h += "<h1>lmforge run <code>" + html_escape(name) + "</code></h1>\n";
-  if (!metrics.empty()) {
-    const Json& last = metrics.back();
-    h += absl::StrFormat("<p class=\"meta\">%d logged steps · last step %s · %s tokens · last train loss %.4f nats/token</p>\n",
-                         metrics.size(), last.value("step", Json()).dump(), last.value("tokens", Json()).dump(), num(last, "loss"));
-  }
+  return h;
+}
+
+// The plots inline as SVG and as plots/NAME.png beside the report.
+absl::Status curves_section(const RunFolder& run, const std::vector<Json>& metrics, ReportResult& r, std::string& h) {
   h += "<h2 id=\"curves\">Training curves</h2>\n";
   if (metrics.empty()) {
     h += "<p>metrics.jsonl is empty or missing: no curves yet.</p>\n";
@@ -145,7 +137,7 @@ absl::StatusOr<ReportResult> write_report(const std::string& run_dir, const std:
     h += "<div class=\"plots\">\n";
     std::error_code ec;
     fs::create_directories(run.plots(), ec);
-    for (auto& [file, p] : plots) {
+    for (auto& [file, p] : training_plots(metrics)) {
       h += "<figure id=\"plot-" + file + "\">" + plot_svg(p) + "</figure>\n";
       const std::string png = (fs::path(run.plots()) / (file + ".png")).string();
       LM_RETURN_IF_ERROR(write_file_atomic(png, plot_png(p, 800, 400)));
@@ -153,8 +145,11 @@ absl::StatusOr<ReportResult> write_report(const std::string& run_dir, const std:
     }
     h += "</div>\n";
   }
+  return absl::OkStatus();
+}
 
-  // Tokenizer fertility: the run's copy, else the tokenizer folder the run recorded.
+// Tokenizer fertility: the run's copy, else the tokenizer folder the run recorded.
+void fertility_section(const RunFolder& run, const Json& cfg, ReportResult& r, std::string& h) {
   std::vector<fs::path> fert = {fs::path(run.tokenizer()) / "fertility.json"};
   if (cfg.contains("data") && cfg["data"].contains("tokenizer") && cfg["data"]["tokenizer"].is_string())
     fert.push_back(fs::path(cfg["data"]["tokenizer"].get<std::string>()) / "fertility.json");
@@ -168,8 +163,36 @@ absl::StatusOr<ReportResult> write_report(const std::string& run_dir, const std:
                     {"encoder", "set", "lang", "texts", "tokens", "cp_per_token", "graphemes_per_token", "bytes_per_token",
                      "tokens_per_word", "split_word_share", "byte_fallback_rate", "unk_rate", "roundtrip_rate"},
                     "fertility");
-    break;
+    return;
   }
+}
+
+// Flattens {task: {model: {...}, twin: {...}, chance}} into columns model.acc, twin.acc, ...
+Json flatten_rows(const Json& part) {
+  Json flat = Json::object();
+  if (part.is_object() || part.is_array()) {
+    for (auto& [k, v] : part.items()) {
+      Json row = Json::object();
+      if (v.is_object()) {
+        for (auto& [c, x] : v.items()) {
+          if (x.is_object()) {
+            for (auto& [c2, x2] : x.items())
+              if (!x2.is_structured()) row[c + "." + c2] = x2;
+          } else if (!x.is_structured()) {
+            row[c] = x;
+          }
+        }
+      } else {
+        row["value"] = v;
+      }
+      flat[part.is_array() ? std::to_string(flat.size()) : k] = row;
+    }
+  }
+  return flat;
+}
+
+// nll.json and mc.json of eval/, when present.
+void eval_sections(const RunFolder& run, ReportResult& r, std::string& h) {
   struct EvalSection {
     const char* file;
     const char* id;
@@ -188,32 +211,34 @@ absl::StatusOr<ReportResult> write_report(const std::string& run_dir, const std:
     r.sections.push_back(e.id);
     h += absl::StrFormat("<h2 id=\"%s\">%s</h2>\n", e.id, e.title) + scalars_line(*j);
     const Json& part = table_part(*j, e.keys);
-    // Flatten {task: {model: {...}, twin: {...}, chance}} into columns model.acc, twin.acc, ...
-    Json flat = Json::object();
-    if (part.is_object() || part.is_array()) {
-      for (auto& [k, v] : part.items()) {
-        Json row = Json::object();
-        if (v.is_object()) {
-          for (auto& [c, x] : v.items()) {
-            if (x.is_object()) {
-              for (auto& [c2, x2] : x.items())
-                if (!x2.is_structured()) row[c + "." + c2] = x2;
-            } else if (!x.is_structured()) {
-              row[c] = x;
-            }
-          }
-        } else {
-          row["value"] = v;
-        }
-        flat[part.is_array() ? std::to_string(flat.size()) : k] = row;
-      }
-    }
-    h += json_table(flat, {}, e.id);
+    h += json_table(flatten_rows(part), {}, e.id);
   }
+}
+
+}  // namespace
+
+absl::StatusOr<ReportResult> write_report(const std::string& run_dir, const std::string& out_html) {
+  const RunFolder run(run_dir);
+  LM_ASSIGN_OR_RETURN(Json cfg, read_json_file(run.config()));
+  LM_ASSIGN_OR_RETURN(std::vector<Json> metrics, read_metrics(run.metrics()));
+  ReportResult r;
+  r.html = out_html.empty() ? run.report() : out_html;
+  r.metric_rows = static_cast<int64_t>(metrics.size());
+  const fs::path dir(run_dir);
+  const std::string name = dir.filename().empty() ? dir.parent_path().filename().string() : dir.filename().string();
+  std::string h = html_head(name);
+  if (!metrics.empty()) {
+    const Json& last = metrics.back();
+    h += absl::StrFormat("<p class=\"meta\">%d logged steps · last step %s · %s tokens · last train loss %.4f nats/token</p>\n",
+                         metrics.size(), last.value("step", Json()).dump(), last.value("tokens", Json()).dump(), num(last, "loss"));
+  }
+  LM_RETURN_IF_ERROR(curves_section(run, metrics, r, h));
+  fertility_section(run, cfg, r, h);
+  eval_sections(run, r, h);
   h += "<h2 id=\"config\">Resolved config</h2>\n<pre>" + html_escape(cfg.dump(2)) + "</pre>\n";
   h += "<p class=\"meta\">written by lmtrain report; self-contained (no scripts, no network).</p>\n</body></html>\n";
   LM_RETURN_IF_ERROR(write_file_atomic(r.html, h));
   return r;
 }
 
-}  // namespace lm::train
+}  // namespace lm::report

@@ -1,4 +1,4 @@
-#include "train/plot.h"
+#include "report/plot.h"
 
 #include <zlib.h>
 
@@ -8,7 +8,7 @@
 
 #include "absl/strings/str_format.h"
 
-namespace lm::train {
+namespace lm::report {
 namespace {
 
 const char* kPalette[] = {"#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", "#9467bd", "#8c564b", "#e377c2"};
@@ -338,4 +338,4 @@ std::string plot_png(const Plot& p, int w, int h) {
   return encode_png(cv.rgb, w, h);
 }
 
-}  // namespace lm::train
+}  // namespace lm::report

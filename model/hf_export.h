@@ -17,7 +17,7 @@
 #include "model/config.h"
 #include "model/transformer.h"
 
-namespace lm::train {
+namespace lm::model {
 
 struct ExportOptions {
   std::string run_dir;
@@ -52,4 +52,4 @@ absl::StatusOr<ExportResult> export_hf(const ExportOptions& opt);
 // architecture as model->config(); otherwise FailedPrecondition naming each differing field.
 absl::Status init_from_hf(const std::string& dir, model::Transformer& model);
 
-}  // namespace lm::train
+}  // namespace lm::model

@@ -7,7 +7,7 @@
 
 #include "core/status.h"
 
-namespace lm::train {
+namespace lm::report {
 
 struct ReportResult {
   std::string html;               // path of report.html
@@ -21,4 +21,4 @@ struct ReportResult {
 // `out_html` (default runs/NAME/report.html) and runs/NAME/plots/*.png.
 absl::StatusOr<ReportResult> write_report(const std::string& run_dir, const std::string& out_html = "");
 
-}  // namespace lm::train
+}  // namespace lm::report

@@ -1,0 +1,43 @@
+# Reads the link lines the generator wrote (build.ninja, or link.txt with Makefiles) and fails when
+# TARGET links a library named FORBIDDEN. CONTROL is a target that must link FORBIDDEN: it proves
+# that the link line was found and parsed (a parser that finds nothing would pass every check).
+#   cmake -DBUILD_DIR=build -DTARGET=lmeval -DFORBIDDEN=lm_train -DCONTROL=lmtrain -P check_links.cmake
+function(link_line target out)
+  set(line "")
+  if(EXISTS "${BUILD_DIR}/build.ninja")
+    file(STRINGS "${BUILD_DIR}/build.ninja" lines)
+    set(in_block OFF)
+    foreach(l IN LISTS lines)
+      if(l MATCHES "^build [^:]*/${target}:" OR l MATCHES "^build ${target}:")
+        set(in_block ON)
+        string(APPEND line "${l} ")
+      elseif(in_block AND l MATCHES "^  ")
+        string(APPEND line "${l} ")
+      elseif(in_block)
+        break()
+      endif()
+    endforeach()
+  else()
+    file(GLOB_RECURSE txt "${BUILD_DIR}/*/CMakeFiles/${target}.dir/link.txt")
+    if(txt)
+      list(GET txt 0 f)
+      file(READ "${f}" line)
+    endif()
+  endif()
+  set(${out} "${line}" PARENT_SCOPE)
+endfunction()
+
+link_line(${CONTROL} control)
+if(NOT control MATCHES "lib${FORBIDDEN}\\.a")
+  message(FATAL_ERROR "no link line of ${CONTROL} naming lib${FORBIDDEN}.a found in ${BUILD_DIR}: "
+                      "the check cannot tell anything (generator or target names changed?)")
+endif()
+link_line(${TARGET} line)
+if(line STREQUAL "")
+  message(FATAL_ERROR "no link line for ${TARGET} in ${BUILD_DIR} (is it built by this project?)")
+endif()
+if(line MATCHES "lib${FORBIDDEN}\\.a")
+  message(FATAL_ERROR "${TARGET} links ${FORBIDDEN} (lib${FORBIDDEN}.a on its link line): it must not "
+                      "(docs/architecture.md: checkpoints are read by model/checkpoint_reader.h in lm_model)")
+endif()
+message(STATUS "${TARGET} does not link ${FORBIDDEN}; ${CONTROL} does (the parser works)")
