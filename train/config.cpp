@@ -63,7 +63,7 @@ std::string resolve_hardware(TrainConfig& c, bool cuda_available) {
     dtype_why = c.device == "cuda" ? "auto: bf16 autocast on cuda" : "auto: fp32 on cpu, --dtype bf16 to change";
   }
   const std::string tf32 = c.device != "cuda" ? "n/a on cpu"
-                           : c.tf32           ? "on for fp32 matmuls (train.tf32; --no-tf32 for exact fp32)"
+                           : c.tf32           ? "on for fp32 matmuls (train.tf32; --tf32 off for exact fp32)"
                                               : "off (train.tf32 false)";
   return absl::StrFormat("device %s (%s), dtype %s (%s), TF32 %s", c.device, dev_why, c.dtype, dtype_why, tf32);
 }
