@@ -1,7 +1,5 @@
 #include "train/config.h"
 
-#include <torch/cuda.h>
-
 #include <cmath>
 
 #include "absl/strings/str_format.h"
@@ -69,7 +67,6 @@ std::string resolve_hardware(TrainConfig& c, bool cuda_available) {
 }
 
 absl::Status resolve(TrainConfig& c, const model::ModelConfig& m, int world_size) {
-  if (c.device == "auto" || c.dtype == "auto") resolve_hardware(c, torch::cuda::is_available());
   auto bad = [](const std::string& field, const std::string& why) {
     return absl::InvalidArgumentError("train." + field + ": " + why);
   };
@@ -123,9 +120,9 @@ absl::Status resolve(TrainConfig& c, const model::ModelConfig& m, int world_size
   if (c.inject_nan_steps < 1) return bad("inject_nan_steps", "must be >= 1");
   if (c.inject_nan_in != "grad" && c.inject_nan_in != "loss")
     return bad("inject_nan_in", "expected grad or loss, got '" + c.inject_nan_in + "'");
-  if (c.device != "cpu" && c.device != "cuda") return bad("device", "expected auto, cpu or cuda, got '" + c.device + "'");
+  if (c.device != "auto" && c.device != "cpu" && c.device != "cuda") return bad("device", "expected auto, cpu or cuda, got '" + c.device + "'");
   if (!(c.ddp_bucket_mb > 0)) return bad("ddp_bucket_mb", "must be positive (MiB per all-reduce bucket)");
-  if (c.dtype != "fp32" && c.dtype != "bf16") return bad("dtype", "expected auto, fp32 or bf16, got '" + c.dtype + "'");
+  if (c.dtype != "auto" && c.dtype != "fp32" && c.dtype != "bf16") return bad("dtype", "expected auto, fp32 or bf16, got '" + c.dtype + "'");
   return absl::OkStatus();
 }
 

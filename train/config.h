@@ -106,8 +106,9 @@ void clear_shadowed(const Json& train_section, TrainConfig& cfg);
 // Returns one line for fit's start-up log saying what was chosen and why.
 std::string resolve_hardware(TrainConfig& cfg, bool cuda_available);
 
-// Fills derived fields (device/dtype "auto" by torch::cuda::is_available(), grad_accum from
-// batch_tokens, steps from tokens) and checks ranges;
+// Fills derived fields (grad_accum from batch_tokens, steps from tokens) and checks ranges; device
+// and dtype may still be "auto" (resolve_hardware decides them: fit and Trainer::create call it
+// first; this file stays free of LibTorch for the fuzz build);
 // errors name the field ("train.micro_batch: must be positive, got -4").
 absl::Status resolve(TrainConfig& cfg, const model::ModelConfig& model, int world_size = 1);
 

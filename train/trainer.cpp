@@ -140,6 +140,7 @@ Trainer::Trainer(const FitRequest& req, BatchSource& source, const ValSets& val)
 absl::StatusOr<std::unique_ptr<Trainer>> Trainer::create(const FitRequest& req_in, BatchSource& source,
                                                          const ValSets& val) {
   FitRequest req = req_in;
+  resolve_hardware(req.train, torch::cuda::is_available());  // "auto" device/dtype (fit did it already)
   LM_RETURN_IF_ERROR(model::validate(req.model));
   LM_RETURN_IF_ERROR(resolve(req.train, req.model, req.world_size));
   LM_RETURN_IF_ERROR(RunFolder(req.run_dir).open(req.resume, req.force));
