@@ -3,6 +3,7 @@
 #include <optional>
 
 #include "app/commands.h"
+#include "app/fit_flags.h"
 #include "core/config.h"
 #include "core/log.h"
 #include "core/run_folder.h"
@@ -10,6 +11,7 @@
 #include "data/sampler.h"
 #include "tokenizer/tokenizer.h"
 #include "train/data_source.h"
+#include "train/device.h"
 #include "train/distributed.h"
 #include "train/trainer.h"
 
@@ -25,10 +27,7 @@ struct FitOptions {
   int dist_timeout_s = 300;   // collective timeout: a dead rank fails the others loudly
   bool ddp_post_backward = false;        // all-reduce after backward instead of overlapped
   std::optional<double> ddp_bucket_mb;   // gradient bucket cap
-  // Flag overrides (unset = keep the config's value).
-  std::optional<double> tokens, lr;
-  std::optional<int64_t> steps, micro_batch, seq_len, grad_accum, batch_tokens, stop_at_step;
-  std::optional<std::string> dtype, device;
+  train::TrainOverrides flags;  // unset = keep the preset's or the config file's value
 };
 
 // The --config file: {"model": {...}, "train": {...}}, both optional, strict.
@@ -60,21 +59,22 @@ absl::Status run_fit(const FitOptions& o) {
   // From here on SIGINT/SIGTERM only set a flag: the loop finishes its step and checkpoints.
   install_stop_handlers();
   LM_ASSIGN_OR_RETURN(train::DistEnv env, train::dist_env_from_environment());
+  // Precedence: the preset's shape and training defaults < --config < flags.
   RunFile rf;
   LM_ASSIGN_OR_RETURN(rf.model, model::preset(o.preset));
-  if (!o.config.empty()) LM_RETURN_IF_ERROR(load_config_file(o.config, rf));
+  rf.train = train::preset_train_config(o.preset);
+  if (!o.config.empty()) {
+    LM_RETURN_IF_ERROR(load_config_file(o.config, rf));
+    LM_ASSIGN_OR_RETURN(Json file, read_json_file(o.config));
+    if (file.contains("train")) train::clear_shadowed(file["train"], rf.train);
+  }
   auto& tc = rf.train;
-  if (o.tokens) tc.tokens = static_cast<int64_t>(*o.tokens);
-  if (o.steps) { tc.steps = *o.steps; tc.tokens = 0; }
-  if (o.lr) tc.lr = *o.lr;
-  if (o.micro_batch) tc.micro_batch = *o.micro_batch;
-  if (o.seq_len) tc.seq_len = *o.seq_len;
-  if (o.grad_accum) tc.grad_accum = *o.grad_accum;
-  if (o.batch_tokens) tc.batch_tokens = *o.batch_tokens;
-  if (o.stop_at_step) tc.stop_at_step = *o.stop_at_step;
-  if (o.dtype) tc.dtype = *o.dtype;
-  if (o.device) tc.device = *o.device;
+  o.flags.apply(tc);
   if (global_options().threads > 0) tc.threads = global_options().threads;
+  // auto device/dtype before rank_device; said in the first lines, with TF32 set process-wide.
+  const std::string hardware = train::resolve_hardware(tc, torch::cuda::is_available());
+  if (tc.device == "cuda") train::set_tf32(tc.tf32);
+  if (env.rank == 0) log_info("%s", hardware);
   if (o.ddp_post_backward) tc.ddp_overlap = false;
   if (o.ddp_bucket_mb) tc.ddp_bucket_mb = *o.ddp_bucket_mb;
   // This rank's GPU (cuda:LOCAL_RANK) becomes the current device before any other CUDA call.
@@ -149,28 +149,22 @@ void add_fit(CLI::App& app, Registry& reg) {
   sub->add_option("--init-from", o.init_from, "start from the weights of a folder written by 'lmtrain export' (same architecture)");
   sub->add_flag("--resume", o.resume, "continue from the run folder's latest checkpoint");
   sub->add_flag("--force", o.force, "start over in an existing run folder (deletes its checkpoints)");
-  sub->add_option("--tokens", o.tokens, "token budget (e.g. 2e9); wins over steps");
-  sub->add_option("--steps", o.steps, "optimizer steps");
-  sub->add_option("--lr", o.lr, "peak learning rate");
-  sub->add_option("--micro-batch", o.micro_batch, "sequences per micro-batch");
-  sub->add_option("--seq-len", o.seq_len, "sequence length");
-  sub->add_option("--grad-accum", o.grad_accum, "micro-batches per optimizer step");
-  sub->add_option("--batch-tokens", o.batch_tokens, "global batch in tokens (derives --grad-accum)");
-  sub->add_option("--stop-at-step", o.stop_at_step, "checkpoint and stop at this step (schedule unchanged)");
-  sub->add_option("--dtype", o.dtype, "fp32 or bf16");
+  add_train_flags(sub, o.flags);
   sub->add_option("--nproc", o.nproc, "data-parallel ranks on this machine (or launch with torchrun/srun)");
   sub->add_option("--dist-timeout", o.dist_timeout_s, "seconds before a collective gives up")->capture_default_str();
-  sub->add_option("--device", o.device, "cpu or cuda");
   sub->add_flag("--ddp-post-backward", o.ddp_post_backward,
                 "all-reduce gradients after backward instead of overlapped with it (train.ddp_overlap=false)");
   sub->add_option("--ddp-bucket-mb", o.ddp_bucket_mb, "gradient all-reduce bucket cap in MiB (default 25)");
   sub->footer(
       "Examples:\n"
       "  lmtrain fit --data shards/ --preset small --out runs/small --steps 600\n"
-      "  lmtrain fit --data shards/ --preset 400m --out runs/400m --tokens 2e9 --device cuda --dtype bf16\n"
+      "  lmtrain fit --data shards/ --preset 400m --out runs/400m   # GPU: cuda, bf16, TF32, the preset's batch/lr\n"
+      "  lmtrain fit --data shards/ --preset 400m --out runs/400m --tokens 2e9 --micro-batch 8   # flags win\n"
       "  lmtrain fit --data shards/ --out runs/small --resume      # after a kill or preemption\n"
       "  lmtrain fit --data shards/ --preset tiny --out runs/dp --nproc 2   # 2 ranks, Gloo\n"
       "  torchrun --no-python --nproc-per-node 8 lmtrain fit --data shards/ --preset 400m --out runs/400m\n"
+      "Defaults: --device auto (cuda when visible), --dtype auto (bf16 on cuda), TF32 on; each preset's batch,\n"
+      "lr, warmup and checkpoint period are in docs/gpu.md ('Preset defaults'); 'lmtrain plan' prints them.\n"
       "Signals: SIGINT/SIGTERM finish the step, checkpoint and exit 130/143.");
   add_global_flags(sub);
   reg.push_back({sub, [] { return run_fit(o); }});

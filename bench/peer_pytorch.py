@@ -149,11 +149,11 @@ class Llama(nn.Module):
         loss = F.cross_entropy(logits.reshape(-1, logits.size(-1)).float(), targets.reshape(-1))
         return logits, loss
 
-    def configure_optimizers(self, lr, weight_decay, betas, eps):
+    def configure_optimizers(self, lr, weight_decay, betas, eps, fused=False):
         decay = [p for n, p in self.named_parameters() if p.dim() >= 2 and "embed_tokens" not in n]
         no_decay = [p for n, p in self.named_parameters() if not (p.dim() >= 2 and "embed_tokens" not in n)]
         groups = [{"params": decay, "weight_decay": weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
-        return torch.optim.AdamW(groups, lr=lr, betas=betas, eps=eps)
+        return torch.optim.AdamW(groups, lr=lr, betas=betas, eps=eps, fused=fused)
 
 
 def get_lr(step, lr, warmup, steps, min_ratio=0.1):  # train/config.cpp lr_at, cosine
@@ -189,6 +189,8 @@ def main():
     ap.add_argument("--lr", type=float, default=3e-3)
     ap.add_argument("--warmup", type=int, default=2)
     ap.add_argument("--compile", action="store_true", help="torch.compile the model (Inductor)")
+    ap.add_argument("--device", default="cpu", choices=["cpu", "cuda"],
+                    help="cuda: bf16 autocast on the GPU, TF32 on, fused AdamW (as lmtrain fit on cuda)")
     a = ap.parse_args()
     c = dict(PRESETS[a.preset])
     if a.n_layers:
@@ -205,10 +207,14 @@ def main():
         return
     torch.set_num_threads(a.threads if a.threads > 0 else torch.get_num_threads())
     torch.manual_seed(1234)
-    model = Llama(c)
+    dev = torch.device(a.device)
+    if a.device == "cuda":
+        torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = True
+    model = Llama(c).to(dev)
     fwd = torch.compile(model) if a.compile else model
     gen = torch.Generator().manual_seed(42)
-    ctx = torch.autocast("cpu", dtype=torch.bfloat16) if a.dtype == "bf16" else contextlib.nullcontext()
+    ctx = torch.autocast(a.device, dtype=torch.bfloat16) if a.dtype == "bf16" else contextlib.nullcontext()
+    sync = torch.cuda.synchronize if a.device == "cuda" else (lambda: None)
     B, T = a.batch, a.seq
     log_every = a.log_interval or max(1, a.steps // 4)
     marks, losses = [], []  # (tokens, elapsed) at every log point, like lmforge's metrics.jsonl
@@ -217,20 +223,21 @@ def main():
         model.eval()
         with torch.no_grad():
             for step in range(a.steps):
-                win = torch.randint(0, c["vocab_size"], (B, T + 1), generator=gen)
+                win = torch.randint(0, c["vocab_size"], (B, T + 1), generator=gen).to(dev)
                 with ctx:
                     _, loss = fwd(win[:, :-1], win[:, 1:])
                 losses.append(loss.item())
                 if (step + 1) % log_every == 0 or step + 1 == a.steps:
+                    sync()
                     marks.append(((step + 1) * B * T, time.perf_counter() - t0))
     else:
-        opt = model.configure_optimizers(a.lr, 0.1, (0.9, 0.95), 1e-8)
+        opt = model.configure_optimizers(a.lr, 0.1, (0.9, 0.95), 1e-8, fused=a.device == "cuda")
         model.train()
         for step in range(a.steps):
             lr = get_lr(step, a.lr, a.warmup, a.steps)
             for g in opt.param_groups:
                 g["lr"] = lr
-            win = torch.randint(0, c["vocab_size"], (B, T + 1), generator=gen)
+            win = torch.randint(0, c["vocab_size"], (B, T + 1), generator=gen).to(dev)
             opt.zero_grad(set_to_none=True)
             with ctx:
                 _, loss = fwd(win[:, :-1], win[:, 1:])
@@ -239,6 +246,7 @@ def main():
             opt.step()
             losses.append(loss.item())
             if (step + 1) % log_every == 0 or step + 1 == a.steps:
+                sync()
                 marks.append(((step + 1) * B * T, time.perf_counter() - t0))
     # Steady-state rate: from the first log point (warm-up excluded) to the last.
     if len(marks) >= 2:
@@ -250,7 +258,8 @@ def main():
                       "seq": T, "steps": a.steps, "threads": torch.get_num_threads(),
                       "tokens_per_s": round(rate, 1), "flops_per_token": fpt, "params": n_params,
                       "peak_rss_mb": round(rss_mb, 1), "final_loss": round(losses[-1], 4),
-                      "first_loss": round(losses[0], 4), "torch": torch.__version__}))
+                      "first_loss": round(losses[0], 4), "torch": torch.__version__, "device": a.device,
+                      "peak_cuda_mib": round(torch.cuda.max_memory_allocated() / 2**20, 1) if a.device == "cuda" else 0}))
     sys.stdout.flush()
 
 

@@ -46,6 +46,26 @@ absl::StatusOr<ModelConfig> preset(const std::string& name) {
   return c;
 }
 
+PresetTraining preset_training(const std::string& name) {
+  PresetTraining t;  // tiny, small, custom: the CPU demo (struct defaults)
+  t.source = "CPU demo (scripts/demo.sh)";
+  if (name == "124m") {
+    // llm.c scripts/run_gpt2_124M.sh: -b 64 -t 1024 -d 524288 -l 0.0006 -u 700 -q 0.0 -c 0.1, 10B tokens.
+    t = {"h100", 10e9, 0, 64, 1024, 524288, 6e-4, 700, 0.0, 0.1, 250, 0, 30, "llm.c GPT-2 124M"};
+  } else if (name == "400m") {
+    // llm.c scripts/run_gpt2_350M.sh (d24, the closest anchor): lr 3e-4, warmup 700, decay to 0,
+    // wd 0.1, 524288-token batch; sequence 2048 as the preset's max; micro-batch 16, the largest
+    // power of two that fits an 80 GB H100 in bf16 by `lmtrain plan`'s estimate (tests/train/
+    // plan_test.cpp holds that); 8B tokens = 20 per parameter (Hoffmann et al. 2022).
+    t = {"h100", 8e9, 0, 16, 2048, 524288, 3e-4, 700, 0.0, 0.1, 250, 0, 30, "llm.c GPT-2 350M, Chinchilla budget"};
+  } else if (name == "1b") {
+    // TinyLlama 1.1B (Zhang et al. 2024), the same shape: lr 4e-4, warmup 2000, cosine to 4e-5,
+    // wd 0.1, sequence 2048, 2M-token batch; 22B tokens = 20 per parameter.
+    t = {"h100", 22e9, 0, 8, 2048, 2097152, 4e-4, 2000, 0.1, 0.1, 500, 0, 30, "TinyLlama 1.1B, Chinchilla budget"};
+  }
+  return t;
+}
+
 int64_t param_count(const ModelConfig& c) {
   const int64_t hd = c.head_dim();
   const int64_t attn = c.d_model * hd * c.n_heads        // q_proj

@@ -51,6 +51,29 @@ absl::Status validate(const ModelConfig& cfg);
 absl::StatusOr<ModelConfig> preset(const std::string& name);
 std::vector<std::string> preset_names();
 
+// The training defaults a preset carries for the hardware it is meant for (one row per preset in
+// model/config.cpp, next to its shape; where each number comes from: docs/gpu.md, "Preset
+// defaults"). tiny/small keep the CPU demo's settings; 124m/400m/1b are for one 80 GB GPU and up.
+// `lmtrain fit` starts from the row, then config.json's "train", then flags (train/config.h).
+struct PresetTraining {
+  const char* hardware = "cpu";  // "cpu" or the GPU the micro-batch was sized for ("h100")
+  double tokens = 0;             // budget; 0 = use `steps`
+  int64_t steps = 200;
+  int64_t micro_batch = 8;       // sequences per rank per micro-batch
+  int64_t seq_len = 128;
+  int64_t batch_tokens = 0;      // global batch (grad_accum derived per world size); 0 = grad_accum 1
+  double lr = 3e-3;
+  int64_t warmup_steps = 20;
+  double min_lr_ratio = 0.1;
+  double weight_decay = 0.1;
+  int64_t eval_interval = 100;
+  int64_t checkpoint_interval = 100;  // steps; 0 = off
+  double checkpoint_minutes = 0;      // wall clock; 0 = off
+  const char* source = "";            // the anchor the numbers follow
+};
+// The row of `name`; presets of a --model-config ("custom") get the CPU demo's row.
+PresetTraining preset_training(const std::string& name);
+
 // Exact number of trainable parameters of Transformer(cfg) (tied embedding counted once).
 int64_t param_count(const ModelConfig& cfg);
 

@@ -1,45 +1,179 @@
 #!/usr/bin/env bash
-# The prepared GPU check (device machine, < 8 minutes): build against the Python torch
-# package's LibTorch 2.x with CUDA, run the verification core on CUDA, the GPU tests, and the
-# train-step benchmark for `small` and `400m` in bf16, a world-size-1 NCCL smoke run, and the
-# Hugging Face export loaded by transformers (scripts/gpu-export-check.sh). Results go to $OUT
-# (or ./gpu-out).
+# The prepared GPU check: one run of under 8 minutes on the device machine (one H200, torch
+# 2.11+cu130, nvcc, CMake, ninja, Python 3.12; no network, no Debian development packages).
+#   1. build (or use --build DIR), against the machine's own torch, with the carried .debs
+#   2. ctest -L gpu (a run where none ran or any skipped is reported as such, not as a pass)
+#   3. the 400m bf16 train step at the preset's defaults (micro-batch x sequence from
+#      `lmtrain plan`): tokens/s, MFU against the chip's measured bf16 matmul peak, peak memory
+#   4. the Python peer (bench/peer_pytorch.py) at the same shape, eager and torch.compile
+#   5. the Hugging Face export loaded by transformers (scripts/gpu-export-check.sh)
+#   6. a 2-process NCCL run (torchrun, tiny preset) equal to 1 process, when two GPUs exist
+# and writes one results file, $OUT/results.json (plus $OUT/gpu-check.log). docs/gpu.md, "The
+# prepared GPU check", has the device call and the carry list.
+#
+#   bash scripts/gpu-check.sh --fetch-deps .gpu-deps     # here (network): the .debs to carry (~25 MB)
+#   bash scripts/gpu-check.sh                            # device machine: --device cuda, builds build-gpu
+#   bash scripts/gpu-check.sh --device cpu --build build # dry run here: same stages, small shapes
 set -uo pipefail
 cd "$(dirname "$0")/.."
-OUT=${OUT:-gpu-out}; mkdir -p "$OUT"
-log() { echo "[gpu-check $(date +%T)] $*" | tee -a "$OUT/gpu-check.log"; }
-nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv | tee "$OUT/gpu.txt"
-PREFIX=$(python3 -c 'import torch;print(torch.utils.cmake_prefix_path)' 2>/dev/null)
-if [ -z "$PREFIX" ]; then log "no Python torch: cannot find LibTorch 2.x"; exit 1; fi
-log "torch prefix $PREFIX"
-command -v apt-get >/dev/null && { apt-get update -qq; apt-get install -y -qq --no-install-recommends \
-  ninja-build ccache pkg-config libsentencepiece-dev libabsl-dev libcli11-dev nlohmann-json3-dev libicu-dev \
-  zlib1g-dev libbz2-dev libgtest-dev libgmock-dev >/dev/null; }
-# The GPU machine's torch (2.11, cxx11 ABI like every wheel since 2.7) is the LibTorch: the same
-# CMake path as scripts/build.sh, with LM_PYTHON naming its interpreter.
-cmake -S . -B build-gpu -G Ninja -DLM_PYTHON="$(command -v python3)" -DLM_REQUIRE_CUDA=ON \
-  -DLM_BUILD_BENCH=ON > "$OUT/cmake.log" 2>&1 || { log "cmake failed"; tail -40 "$OUT/cmake.log"; exit 1; }
-JOBS=$(nproc) timeout 300 ninja -C build-gpu lmtrain train_step_bench model_test train_test ddp_worker gpu_test > "$OUT/build.log" 2>&1 || { log "build failed"; tail -60 "$OUT/build.log"; exit 1; }
-./build-gpu/app/lmtrain --version | tee "$OUT/version.txt"
-log "check on CUDA"
-./build-gpu/app/lmtrain check --preset small --device cuda 2>&1 | tee "$OUT/check.txt"
-log "GPU tests (tests/train/gpu_test.cpp, ctest label gpu)"
-./build-gpu/tests/train/gpu_test 2>&1 | tail -30 | tee "$OUT/gtest.txt"
-# A filter that matches nothing, or tests that all skip, must not read as a pass.
-grep -q "PASSED.*[1-9][0-9]* test" "$OUT/gtest.txt" && ! grep -q "SKIPPED" "$OUT/gtest.txt" \
-  || log "GPU tests: none ran or some skipped (see $OUT/gtest.txt)"
-log "NCCL smoke: world size 1, tiny preset, overlapped gradient buckets on CUDA (a few seconds)"
-grep -q "ProcessGroupNCCL enabled" "$OUT/cmake.log" || log "cmake did not enable ProcessGroupNCCL (nccl.h not found?)"
-RANK=0 WORLD_SIZE=1 LOCAL_RANK=0 MASTER_ADDR=127.0.0.1 MASTER_PORT=29631 LM_DDP_FORCE_COMM=1 LM_DDP_DEVICE=cuda \
-  LM_DDP_BUCKET_MB=0.05 LM_DDP_STATS="$OUT/nccl-smoke.stats" timeout 120 ./build-gpu/tests/train/ddp_worker \
-  "$OUT/nccl-smoke-run" 4 8 -1 0 "$OUT/nccl-smoke.losses" > "$OUT/nccl-smoke.txt" 2>&1 \
-  && log "NCCL smoke ok: $(cat "$OUT/nccl-smoke.stats") (buckets synced, started in backward, wait s, step s)" \
-  || { log "NCCL smoke failed"; tail -20 "$OUT/nccl-smoke.txt"; }
-log "bench"
-for p in "small 32 256" "400m 8 2048"; do set -- $p
-  ./build-gpu/bench/train_step_bench --preset $1 --batch $2 --seq $3 --steps 20 --dtype bf16 --device cuda \
-    2>&1 | tee -a "$OUT/bench.jsonl"
+ROOT=$PWD
+DEVICE=cuda; BUILD=""; DEPS=.gpu-deps; OUT=${OUT:-gpu-out}
+DEBS="libsentencepiece-dev libsentencepiece0 libabsl-dev libabsl20220623 libcli11-dev nlohmann-json3-dev
+  libicu-dev libicu72 zlib1g-dev libbz2-dev libgtest-dev libgmock-dev pkgconf pkgconf-bin libpkgconf3"
+while [ $# -gt 0 ]; do
+  case $1 in
+    --device) DEVICE=$2; shift 2 ;;
+    --build) BUILD=$2; shift 2 ;;
+    --deps) DEPS=$2; shift 2 ;;
+    --out) OUT=$2; shift 2 ;;
+    --fetch-deps)
+      mkdir -p "$2" && (cd "$2" && apt-get download $DEBS) && du -sh "$2" && exit 0; exit 1 ;;
+    -h|--help) sed -n 2,17p "$0"; exit 0 ;;
+    *) echo "gpu-check: unknown argument '$1' (--help)"; exit 2 ;;
+  esac
 done
-log "HF export checked by transformers (scripts/gpu-export-check.sh, ~1-2 min)"
-timeout 420 bash scripts/gpu-export-check.sh || log "gpu-export-check failed or timed out (see $OUT/hf-*.txt)"
-log "done"
+case $DEVICE in cuda|cpu) ;; *) echo "gpu-check: --device cuda or cpu, got '$DEVICE'"; exit 2 ;; esac
+mkdir -p "$OUT"; OUT=$(cd "$OUT" && pwd)
+WORK=$(mktemp -d /tmp/lm_gpu_check.XXXXXX)  # logs and runs; only results.json and the log go to $OUT
+RES="$WORK/results.jsonl"; LOG="$OUT/gpu-check.log"; : > "$LOG"
+T0=$(date +%s)
+log() { echo "[gpu-check +$(( $(date +%s) - T0 ))s] $*" | tee -a "$LOG"; }
+# result STAGE STATUS [JSON object of figures]
+result() { echo "{\"stage\": \"$1\", \"status\": \"$2\", \"data\": ${3:-null}}" >> "$RES"; log "$1: $2"; }
+tail_log() { tail -n "${2:-25}" "$1" | sed 's/^/    /' | tee -a "$LOG"; }
+PY=$(command -v python3)
+[ "$DEVICE" = cpu ] && [ -z "${LM_PYTHON:-}" ] && [ -f scripts/env.sh ] && source scripts/env.sh >/dev/null 2>&1
+PY=${LM_PYTHON:-$PY}
+
+# ---- 1. build ---------------------------------------------------------------------------------
+# The machine has no Debian dev packages: unpack the carried .debs into a prefix (never into /)
+# and point CMake, pkg-config, the compiler and the loader at it.
+use_deps() {
+  local root=/tmp/lmforge-deps
+  ls "$DEPS"/*.deb >/dev/null 2>&1 || { log "no .debs in $DEPS (bash scripts/gpu-check.sh --fetch-deps $DEPS here, carry it)"; return 1; }
+  rm -rf "$root"; mkdir -p "$root"
+  for f in "$DEPS"/*.deb; do dpkg-deb -x "$f" "$root" 2>/dev/null || dpkg -x "$f" "$root"; done
+  local lib=$root/usr/lib/x86_64-linux-gnu
+  # libz.so/libbz2.so of the -dev packages point at Debian's exact runtime file (absolute paths,
+  # /lib/x86_64-linux-gnu/libz.so.1.2.13): relink a dangling one to the machine's own library.
+  for l in "$lib"/*.so; do
+    [ -L "$l" ] && [ ! -e "$l" ] || continue
+    local sys; sys=$(ls /lib/x86_64-linux-gnu/"$(basename "$l")".[0-9]* /usr/lib/x86_64-linux-gnu/"$(basename "$l")".[0-9]* 2>/dev/null | head -1)
+    [ -n "$sys" ] && ln -sf "$sys" "$l"
+  done
+  export CMAKE_PREFIX_PATH=$root/usr${CMAKE_PREFIX_PATH:+:$CMAKE_PREFIX_PATH} ICU_ROOT=$root/usr
+  export PKG_CONFIG_SYSROOT_DIR=$root PKG_CONFIG_LIBDIR=$lib/pkgconfig:$root/usr/share/pkgconfig
+  export CPATH=$root/usr/include${CPATH:+:$CPATH} LIBRARY_PATH=$lib${LIBRARY_PATH:+:$LIBRARY_PATH}
+  export LD_LIBRARY_PATH=$lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH} PATH=$root/usr/bin:$PATH
+  command -v pkg-config >/dev/null || ln -sf "$root/usr/bin/pkgconf" "$root/usr/bin/pkg-config"
+  log "dependencies from $DEPS unpacked into $root"
+}
+TARGETS="lmtrain train_step_bench gpu_test export_test"
+if [ -z "$BUILD" ]; then
+  BUILD=build-gpu
+  [ -d /usr/include/absl ] && [ -f /usr/include/sentencepiece_processor.h ] || use_deps || { result build failed; exit 1; }
+  log "configure $BUILD against $($PY -c 'import torch; print(torch.__version__)')"
+  cmake -S . -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release -DLM_PYTHON="$PY" -DLM_REQUIRE_CUDA=ON \
+    -DLM_BUILD_BENCH=ON > "$WORK/cmake.log" 2>&1 || { tail_log "$WORK/cmake.log" 40; result build failed; exit 1; }
+fi
+t=$(date +%s)
+timeout 330 ninja -C "$BUILD" $TARGETS > "$WORK/build.log" 2>&1 \
+  || { tail_log "$WORK/build.log" 40; result build failed "{\"seconds\": $(( $(date +%s) - t ))}"; exit 1; }
+LM="$BUILD/app/lmtrain"
+result build ok "{\"seconds\": $(( $(date +%s) - t )), \"dir\": \"$BUILD\"}"
+"$LM" --version 2>&1 | tee -a "$LOG"
+[ "$DEVICE" = cuda ] && nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader | tee -a "$LOG"
+
+# ---- 2. the gpu test label ---------------------------------------------------------------------
+timeout 240 ctest --test-dir "$BUILD" -L gpu --output-on-failure > "$WORK/ctest.log" 2>&1; rc=$?
+passed=$(grep -c "Passed" "$WORK/ctest.log"); skipped=$(grep -c "Skipped" "$WORK/ctest.log")
+failed=$(grep -cE "\*\*\*Failed|\*\*\*Exception|\*\*\*Timeout" "$WORK/ctest.log")
+status=ok; [ "$rc" != 0 ] && status=failed
+[ "$passed" = 0 ] && status=none-ran; [ "$skipped" != 0 ] && [ "$status" = ok ] && status=some-skipped
+result gpu-tests "$status" "{\"passed\": $passed, \"skipped\": $skipped, \"failed\": $failed}"
+[ "$status" = failed ] && tail_log "$WORK/ctest.log" 30
+
+# ---- 3. and 4. the train step at the preset's defaults, and the Python peer ---------------------
+if [ "$DEVICE" = cuda ]; then
+  PRESET=400m; STEPS=20
+  GPU=$(nvidia-smi --query-gpu=name --format=csv,noheader | head -1 | tr 'A-Z' 'a-z' | grep -oE 'h200|h100|a100|l40s|4090|a10' | head -1)
+  shape=$("$LM" plan --preset $PRESET --gpu "${GPU:-h100}" | sed -n 's/^batch: \([0-9]*\) x \([0-9]*\) x.*/\1 \2/p')
+  set -- $shape; B=${1:-16}; T=${2:-2048}
+  # The chip's measured peak: the mean of 10 bf16 8192^3 products after 3 warm-ups.
+  PEAK=$(timeout 60 "$PY" -c '
+import torch, time
+a = torch.randn(8192, 8192, device="cuda", dtype=torch.bfloat16); b = torch.randn_like(a)
+for _ in range(3): a @ b
+torch.cuda.synchronize(); t = time.perf_counter()
+for _ in range(10): a @ b
+torch.cuda.synchronize(); print(10 * 2 * 8192**3 / (time.perf_counter() - t))')
+else
+  # Dry run: the same stages at a shape a 2-core CPU does in seconds.
+  PRESET=tiny; STEPS=6; B=4; T=64
+  PEAK=$("$BUILD/bench/train_step_bench" --mode peak --peak-n 512 2>/dev/null | "$PY" -c 'import json,sys; print(json.load(sys.stdin)["bf16_flops"])')
+fi
+result peak "$([ -n "$PEAK" ] && echo ok || echo failed)" "{\"bf16_flops\": ${PEAK:-0}, \"how\": \"$([ "$DEVICE" = cuda ] && echo 'torch bf16 matmul 8192^3' || echo 'train_step_bench --mode peak 512')\"}"
+
+# Peak device memory of a command: nvidia-smi sampled every 100 ms (0 on the CPU).
+mem_watch() { [ "$DEVICE" = cuda ] || return 0; nvidia-smi --query-gpu=memory.used --format=csv,noheader,nounits -lms 100 > "$WORK/mem.$1" 2>/dev/null & echo $! > "$WORK/mem.pid"; }
+mem_peak() { [ "$DEVICE" = cuda ] || { echo 0; return; }; kill "$(cat "$WORK/mem.pid")" 2>/dev/null; sort -n "$WORK/mem.$1" | tail -1; }
+step_stage() {  # NAME COMMAND...: one JSON line from the command, with MFU and peak memory added
+  local name=$1; shift
+  mem_watch "$name"
+  timeout 240 "$@" > "$WORK/$name.out" 2> "$WORK/$name.err"; local rc=$?
+  local mib; mib=$(mem_peak "$name")
+  local line; line=$(grep '^{' "$WORK/$name.out" | tail -1)
+  if [ "$rc" != 0 ] || [ -z "$line" ]; then tail_log "$WORK/$name.err" 15; result "$name" failed; return; fi
+  result "$name" ok "$("$PY" -c 'import json,sys; d=json.loads(sys.argv[1]); p=float(sys.argv[2] or 0)
+d["peak_memory_mib"]=float(sys.argv[3] or 0); d["mfu"]=round(d["tokens_per_s"]*d["flops_per_token"]/p,4) if p>0 else None
+print(json.dumps(d))' "$line" "${PEAK:-0}" "${mib:-0}")"
+}
+log "train step: $PRESET bf16, micro-batch $B x $T, $STEPS steps on $DEVICE"
+step_stage step-lmforge "$BUILD/bench/train_step_bench" --preset $PRESET --batch $B --seq $T --steps $STEPS --dtype bf16 --device $DEVICE
+step_stage step-peer-eager "$PY" bench/peer_pytorch.py --preset $PRESET --batch $B --seq $T --steps $STEPS --dtype bf16 --device $DEVICE
+step_stage step-peer-compile "$PY" bench/peer_pytorch.py --preset $PRESET --batch $B --seq $T --steps $STEPS --dtype bf16 --device $DEVICE --compile
+
+# ---- 5. the export loaded by transformers ------------------------------------------------------
+if timeout 150 env OUT="$WORK/hf" BUILD="$BUILD" PYTHON="$PY" bash scripts/gpu-export-check.sh > "$WORK/hf.log" 2>&1; then
+  result hf-export ok "{\"parts\": \"$(grep -oE 'hf [a-z]+: [a-zA-Z]+' "$WORK/hf/gpu-check.log" | tr '\n' ';')\"}"
+else
+  tail_log "$WORK/hf.log" 20; result hf-export failed
+fi
+
+# ---- 6. two processes (NCCL on cuda, Gloo in the dry run) equal one ----------------------------
+NGPU=$([ "$DEVICE" = cuda ] && nvidia-smi -L | wc -l || echo 2)
+if [ "$NGPU" -ge 2 ]; then
+  "$LM" tokenizer --corpus data/sample/corpus.json --vocab-size 512 --out "$WORK/tok" -q >/dev/null 2>&1 &&
+  "$LM" prepare --corpus data/sample/corpus.json --tokenizer "$WORK/tok" --out "$WORK/shards" -q >/dev/null 2>&1
+  # The same global batch of 8 rows: one rank of 8, or two of 4 (the sampler splits the rows by rank).
+  echo '{"train": {"log_interval": 1, "eval_interval": 0}}' > "$WORK/dp.json"
+  fit() { "$@" --data "$WORK/shards" --preset tiny --config "$WORK/dp.json" --steps 8 --seq-len 64 --device $DEVICE --dtype fp32 -q; }
+  TORCHRUN=$(dirname "$PY")/torchrun
+  if fit timeout 120 "$LM" fit --out "$WORK/dp1" --micro-batch 8 >/dev/null 2>"$WORK/dp1.err" \
+     && fit timeout 120 "$TORCHRUN" --standalone --nproc-per-node 2 --no-python "$LM" fit --out "$WORK/dp2" --micro-batch 4 >/dev/null 2>"$WORK/dp2.err"; then
+    cmp_out=$("$PY" - "$WORK/dp1/metrics.jsonl" "$WORK/dp2/metrics.jsonl" <<'PY'
+import json, sys
+a = [json.loads(l)["loss"] for l in open(sys.argv[1])]; b = [json.loads(l)["loss"] for l in open(sys.argv[2])]
+d = max(abs(x - y) for x, y in zip(a, b)); print(json.dumps({"steps": len(a), "max_loss_diff": d, "equal": len(a) == len(b) and d < 1e-4}))
+PY
+)
+    result two-process "$(echo "$cmp_out" | grep -q '"equal": true' && echo ok || echo differs)" "$cmp_out"
+  else
+    tail_log "$WORK/dp2.err" 20; result two-process failed
+  fi
+else
+  result two-process skipped "{\"gpus\": $NGPU}"
+fi
+
+# ---- the results file --------------------------------------------------------------------------
+"$PY" - "$RES" "$OUT/results.json" "$DEVICE" "$(date -u +%FT%TZ)" "$(( $(date +%s) - T0 ))" <<'PY'
+import json, sys
+rows = [json.loads(l) for l in open(sys.argv[1])]
+out = {"date": sys.argv[4], "device": sys.argv[3], "seconds": int(sys.argv[5]),
+       "stages": {r["stage"]: {"status": r["status"], **(r["data"] or {})} for r in rows}}
+json.dump(out, open(sys.argv[2], "w"), indent=1)
+bad = [r["stage"] for r in rows if r["status"] not in ("ok", "skipped")]
+print("not ok:", ", ".join(bad) if bad else "none")
+PY
+log "done in $(( $(date +%s) - T0 )) s; $OUT/results.json"
+rm -rf "$WORK"

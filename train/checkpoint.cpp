@@ -3,6 +3,7 @@
 #include <ATen/CPUGeneratorImpl.h>
 
 #include <algorithm>
+#include <chrono>
 #include <filesystem>
 
 #include "absl/strings/str_format.h"
@@ -16,16 +17,14 @@ namespace fs = std::filesystem;
 namespace {
 
 // Writes the three files into `tmp` and renames it to `final_dir`; no cleanup on error.
-absl::Status write_checkpoint_folder(const fs::path& tmp, const fs::path& final_dir, model::Transformer& model,
-                                     const AdamW& optim, const Json& trainer_state) {
+absl::Status write_checkpoint_folder(const fs::path& tmp, const fs::path& final_dir, const CheckpointSnapshot& snap) {
   std::error_code ec;
   if (!fs::create_directory(tmp, ec))
     return absl::InternalError(absl::StrCat(tmp.string(), ": cannot create: ", ec.message()));
   // write_file_atomic fsyncs each file; fsync_tree below makes the folder entries durable.
-  LM_RETURN_IF_ERROR(model::save_safetensors((tmp / "model.safetensors").string(),
-                                             model::module_state(*model), {{"format", "pt"}}));
-  LM_RETURN_IF_ERROR(model::save_safetensors((tmp / "optimizer.safetensors").string(), optim.state()));
-  LM_RETURN_IF_ERROR(write_json_file((tmp / "trainer.json").string(), trainer_state));
+  LM_RETURN_IF_ERROR(model::save_safetensors((tmp / "model.safetensors").string(), snap.model, {{"format", "pt"}}));
+  LM_RETURN_IF_ERROR(model::save_safetensors((tmp / "optimizer.safetensors").string(), snap.optimizer));
+  LM_RETURN_IF_ERROR(write_json_file((tmp / "trainer.json").string(), snap.trainer_state));
   LM_RETURN_IF_ERROR(fsync_tree(tmp.string()));
   fs::remove_all(final_dir, ec);  // a complete copy of this step that `latest` does not name yet
   fs::rename(tmp, final_dir, ec);
@@ -33,13 +32,48 @@ absl::Status write_checkpoint_folder(const fs::path& tmp, const fs::path& final_
   return fsync_dir(final_dir.parent_path().string());
 }
 
+// keep-last-K: delete the oldest complete checkpoints beyond K (never `keep`, the new one).
+void prune_checkpoints(const fs::path& root, const std::string& keep, int64_t keep_last) {
+  std::error_code ec;
+  std::vector<std::string> names;
+  for (const auto& e : fs::directory_iterator(root, ec)) {
+    const std::string n = e.path().filename().string();
+    if (e.is_directory() && n.rfind("step-", 0) == 0 && n.find(".tmp") == std::string::npos) names.push_back(n);
+  }
+  std::sort(names.begin(), names.end());
+  for (size_t i = 0; i + keep_last < names.size(); ++i) {
+    if (names[i] != keep) fs::remove_all(root / names[i], ec);
+  }
+}
+
+model::NamedTensors to_cpu(model::NamedTensors tensors, bool copy) {
+  // A copy (clone on CPU, device-to-host on CUDA) so the step after may update the originals.
+  for (auto& [name, t] : tensors) t = copy || !t.device().is_cpu() ? t.detach().to(torch::TensorOptions().device(torch::kCPU), /*non_blocking=*/false, /*copy=*/true) : t.detach();
+  return tensors;
+}
+
 }  // namespace
+
+CheckpointSnapshot snapshot_checkpoint(int64_t step, model::Transformer& model, const AdamW& optim,
+                                       const Json& trainer_state, bool copy) {
+  torch::NoGradGuard no_grad;
+  CheckpointSnapshot s;
+  s.step = step;
+  s.model = to_cpu(model::module_state(*model), copy);
+  s.optimizer = to_cpu(optim.state(), copy);
+  s.trainer_state = trainer_state;
+  return s;
+}
 
 absl::Status save_checkpoint(const std::string& run_dir, int64_t step, model::Transformer& model,
                              const AdamW& optim, const Json& trainer_state, int64_t keep_last) {
+  return write_checkpoint(run_dir, snapshot_checkpoint(step, model, optim, trainer_state, /*copy=*/false), keep_last);
+}
+
+absl::Status write_checkpoint(const std::string& run_dir, const CheckpointSnapshot& snap, int64_t keep_last) {
   const RunFolder run(run_dir);
   const fs::path root = run.checkpoints();
-  const std::string name = RunFolder::step_name(step);
+  const std::string name = RunFolder::step_name(snap.step);
   const fs::path tmp = root / (name + ".tmp");
   const fs::path final_dir = root / name;
   std::error_code ec;
@@ -51,7 +85,7 @@ absl::Status save_checkpoint(const std::string& run_dir, int64_t step, model::Tr
   auto current = find_checkpoint(run_dir, -1);
   const bool already = current.ok() && fs::path(*current).filename() == name;
   if (!already) {
-    absl::Status st = write_checkpoint_folder(tmp, final_dir, model, optim, trainer_state);
+    absl::Status st = write_checkpoint_folder(tmp, final_dir, snap);
     if (!st.ok()) {
       // Disk full or a write error: drop the partial folder (it holds space) and say what is left.
       fs::remove_all(tmp, ec);
@@ -62,17 +96,48 @@ absl::Status save_checkpoint(const std::string& run_dir, int64_t step, model::Tr
     }
     LM_RETURN_IF_ERROR(write_file_atomic(run.latest(), name + "\n"));
   }
-  // keep-last-K: delete the oldest complete checkpoints beyond K (never the new one).
-  std::vector<std::string> names;
-  for (const auto& e : fs::directory_iterator(root, ec)) {
-    const std::string n = e.path().filename().string();
-    if (e.is_directory() && n.rfind("step-", 0) == 0 && n.find(".tmp") == std::string::npos) names.push_back(n);
-  }
-  std::sort(names.begin(), names.end());
-  for (size_t i = 0; i + keep_last < names.size(); ++i) {
-    if (names[i] != name) fs::remove_all(root / names[i], ec);
-  }
+  prune_checkpoints(root, name, keep_last);
   return absl::OkStatus();
+}
+
+CheckpointWriter::CheckpointWriter(std::string run_dir, int64_t keep_last)
+    : run_dir_(std::move(run_dir)), keep_last_(keep_last) {}
+
+CheckpointWriter::~CheckpointWriter() { (void)wait(); }
+
+absl::Status CheckpointWriter::start(CheckpointSnapshot snap) {
+  LM_RETURN_IF_ERROR(wait());
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    busy_ = true;
+  }
+  thread_ = std::thread([this, snap = std::move(snap)]() {
+    const auto t0 = std::chrono::steady_clock::now();
+    absl::Status st = write_checkpoint(run_dir_, snap, keep_last_);
+    std::lock_guard<std::mutex> lock(mu_);
+    status_ = std::move(st);
+    last_write_s_ = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    busy_ = false;
+  });
+  return absl::OkStatus();
+}
+
+absl::Status CheckpointWriter::wait() {
+  if (thread_.joinable()) thread_.join();
+  std::lock_guard<std::mutex> lock(mu_);
+  absl::Status st = status_;
+  status_ = absl::OkStatus();  // reported once
+  return st;
+}
+
+bool CheckpointWriter::busy() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return busy_;
+}
+
+double CheckpointWriter::last_write_s() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return last_write_s_;
 }
 
 absl::Status load_optimizer(const std::string& ckpt_dir, AdamW& optim) {

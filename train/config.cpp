@@ -2,10 +2,68 @@
 
 #include <cmath>
 
+#include "absl/strings/str_format.h"
+
 namespace lm::train {
 
 int64_t tokens_per_step(const TrainConfig& c, int world_size) {
   return c.micro_batch * c.seq_len * c.grad_accum * world_size;
+}
+
+TrainConfig preset_train_config(const std::string& preset) {
+  const model::PresetTraining p = model::preset_training(preset);
+  TrainConfig c;
+  c.tokens = static_cast<int64_t>(p.tokens);
+  c.steps = p.steps;
+  c.micro_batch = p.micro_batch;
+  c.seq_len = p.seq_len;
+  c.batch_tokens = p.batch_tokens;
+  c.lr = p.lr;
+  c.warmup_steps = p.warmup_steps;
+  c.min_lr_ratio = p.min_lr_ratio;
+  c.weight_decay = p.weight_decay;
+  c.eval_interval = p.eval_interval;
+  c.checkpoint_interval = p.checkpoint_interval;
+  c.checkpoint_minutes = p.checkpoint_minutes;
+  return c;
+}
+
+void TrainOverrides::apply(TrainConfig& c) const {
+  if (tokens) c.tokens = static_cast<int64_t>(*tokens);
+  if (steps) { c.steps = *steps; c.tokens = 0; }
+  if (lr) c.lr = *lr;
+  if (micro_batch) c.micro_batch = *micro_batch;
+  if (seq_len) c.seq_len = *seq_len;
+  if (grad_accum) { c.grad_accum = *grad_accum; c.batch_tokens = 0; }
+  if (batch_tokens) c.batch_tokens = *batch_tokens;
+  if (stop_at_step) c.stop_at_step = *stop_at_step;
+  if (checkpoint_interval) c.checkpoint_interval = *checkpoint_interval;
+  if (checkpoint_minutes) c.checkpoint_minutes = *checkpoint_minutes;
+  if (dtype) c.dtype = *dtype;
+  if (device) c.device = *device;
+  if (tf32) c.tf32 = *tf32;
+}
+
+void clear_shadowed(const Json& t, TrainConfig& c) {
+  if (!t.is_object()) return;
+  if (t.contains("steps") && !t.contains("tokens")) c.tokens = 0;
+  if (t.contains("grad_accum") && !t.contains("batch_tokens")) c.batch_tokens = 0;
+}
+
+std::string resolve_hardware(TrainConfig& c, bool cuda_available) {
+  std::string dev_why = "asked", dtype_why = "asked";
+  if (c.device == "auto") {
+    c.device = cuda_available ? "cuda" : "cpu";
+    dev_why = cuda_available ? "auto: a CUDA device is visible" : "auto: no CUDA device visible";
+  }
+  if (c.dtype == "auto") {
+    c.dtype = c.device == "cuda" ? "bf16" : "fp32";
+    dtype_why = c.device == "cuda" ? "auto: bf16 autocast on cuda" : "auto: fp32 on cpu, --dtype bf16 to change";
+  }
+  const std::string tf32 = c.device != "cuda" ? "n/a on cpu"
+                           : c.tf32           ? "on for fp32 matmuls (train.tf32; --tf32 off for exact fp32)"
+                                              : "off (train.tf32 false)";
+  return absl::StrFormat("device %s (%s), dtype %s (%s), TF32 %s", c.device, dev_why, c.dtype, dtype_why, tf32);
 }
 
 absl::Status resolve(TrainConfig& c, const model::ModelConfig& m, int world_size) {
@@ -55,14 +113,16 @@ absl::Status resolve(TrainConfig& c, const model::ModelConfig& m, int world_size
   if (c.grad_clip < 0) return bad("grad_clip", "must be >= 0");
   if (c.log_interval <= 0) return bad("log_interval", "must be positive");
   if (c.checkpoint_interval < 0) return bad("checkpoint_interval", "must be >= 0");
+  if (!(c.checkpoint_minutes >= 0))
+    return bad("checkpoint_minutes", absl::StrFormat("must be >= 0 (0 = off), got %g", c.checkpoint_minutes));
   if (c.keep_last < 1) return bad("keep_last", "must be >= 1");
   if (c.nan_skip_limit < 0) return bad("nan_skip_limit", absl::StrCat("must be >= 0, got ", c.nan_skip_limit));
   if (c.inject_nan_steps < 1) return bad("inject_nan_steps", "must be >= 1");
   if (c.inject_nan_in != "grad" && c.inject_nan_in != "loss")
     return bad("inject_nan_in", "expected grad or loss, got '" + c.inject_nan_in + "'");
-  if (c.device != "cpu" && c.device != "cuda") return bad("device", "expected cpu or cuda, got '" + c.device + "'");
+  if (c.device != "auto" && c.device != "cpu" && c.device != "cuda") return bad("device", "expected auto, cpu or cuda, got '" + c.device + "'");
   if (!(c.ddp_bucket_mb > 0)) return bad("ddp_bucket_mb", "must be positive (MiB per all-reduce bucket)");
-  if (c.dtype != "fp32" && c.dtype != "bf16") return bad("dtype", "expected fp32 or bf16, got '" + c.dtype + "'");
+  if (c.dtype != "auto" && c.dtype != "fp32" && c.dtype != "bf16") return bad("dtype", "expected auto, fp32 or bf16, got '" + c.dtype + "'");
   return absl::OkStatus();
 }
 

@@ -2,8 +2,10 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 
+#include "core/config.h"
 #include "core/status.h"
 #include "model/config.h"
 
@@ -37,11 +39,15 @@ struct TrainConfig {
   int64_t log_interval = 10;
   int64_t eval_interval = 100;  // 0 disables periodic validation
   int64_t eval_windows = 16;    // validation windows per language
-  int64_t checkpoint_interval = 100;
+  int64_t checkpoint_interval = 100;  // steps; 0 = off
+  // Also checkpoint when this many wall-clock minutes passed since the last one (0 = off); rank
+  // 0's clock decides for all ranks. GPU presets use minutes: a step count is seconds on a GPU.
+  double checkpoint_minutes = 0;
   int64_t keep_last = 3;
-  int threads = 0;             // 0 = all cores
-  std::string device = "cpu";  // cpu | cuda
-  std::string dtype = "fp32";  // fp32 | bf16 (autocast, fp32 master weights)
+  int threads = 0;              // 0 = all cores
+  std::string device = "auto";  // auto (cuda when a GPU is visible, else cpu) | cpu | cuda
+  std::string dtype = "auto";   // auto (bf16 on cuda, fp32 on cpu) | fp32 | bf16 (autocast, fp32 master weights)
+  bool tf32 = true;             // cuda: fp32 matmuls and convolutions on TF32 tensor cores
   double sentinel_fraction = 0.5;  // warn when tokens/s falls below this share of the run's median
   bool verify_at_start = true;     // gradient-flow arbiter before step 1
   double peak_flops = 0;           // override of the device peak used for MFU (FLOP/s)
@@ -68,7 +74,8 @@ struct TrainConfig {
     v("decay_fraction", decay_fraction); v("grad_clip", grad_clip); v("seed", seed);
     v("log_interval", log_interval); v("eval_interval", eval_interval);
     v("eval_windows", eval_windows); v("checkpoint_interval", checkpoint_interval);
-    v("keep_last", keep_last); v("threads", threads); v("device", device); v("dtype", dtype);
+    v("keep_last", keep_last); v("threads", threads); v("device", device); v("dtype", dtype); v("tf32", tf32);
+    v("checkpoint_minutes", checkpoint_minutes);
     v("sentinel_fraction", sentinel_fraction); v("verify_at_start", verify_at_start);
     v("peak_flops", peak_flops); v("stop_at_step", stop_at_step);
     v("inject_nan_step", inject_nan_step); v("ddp_overlap", ddp_overlap); v("ddp_bucket_mb", ddp_bucket_mb);
@@ -76,7 +83,32 @@ struct TrainConfig {
   }
 };
 
-// Fills derived fields (grad_accum from batch_tokens, steps from tokens) and checks ranges;
+// The preset's training defaults (model::preset_training) over the struct's: what `lmtrain fit
+// --preset NAME` trains with before config.json and flags.
+TrainConfig preset_train_config(const std::string& preset);
+
+// `lmtrain fit`'s flags that override a TrainConfig (unset = keep). app/fit_flags.h binds them to
+// the command line; `lmtrain plan` prints them; both go through apply() so they cannot disagree.
+struct TrainOverrides {
+  std::optional<double> tokens, lr, checkpoint_minutes;
+  std::optional<int64_t> steps, micro_batch, seq_len, grad_accum, batch_tokens, stop_at_step, checkpoint_interval;
+  std::optional<std::string> dtype, device;
+  std::optional<bool> tf32;
+  // --steps clears the token budget; --grad-accum clears a batch_tokens that would re-derive it.
+  void apply(TrainConfig& cfg) const;
+};
+
+// A config file's "train" section that sets `steps` without `tokens` (or `grad_accum` without
+// `batch_tokens`) means it: clear the preset's token budget (batch_tokens) that would win.
+void clear_shadowed(const Json& train_section, TrainConfig& cfg);
+
+// device "auto" -> cuda when `cuda_available` else cpu; dtype "auto" -> bf16 on cuda, fp32 on cpu.
+// Returns one line for fit's start-up log saying what was chosen and why.
+std::string resolve_hardware(TrainConfig& cfg, bool cuda_available);
+
+// Fills derived fields (grad_accum from batch_tokens, steps from tokens) and checks ranges; device
+// and dtype may still be "auto" (resolve_hardware decides them: fit and Trainer::create call it
+// first; this file stays free of LibTorch for the fuzz build);
 // errors name the field ("train.micro_batch: must be positive, got -4").
 absl::Status resolve(TrainConfig& cfg, const model::ModelConfig& model, int world_size = 1);
 

@@ -1,5 +1,6 @@
 #include "train/device.h"
 
+#include <ATen/Context.h>
 #include <ATen/autocast_mode.h>
 
 #include <cctype>
@@ -68,6 +69,13 @@ DevicePeak device_peak(const torch::Device& device, torch::ScalarType dtype, dou
     return {dtype == torch::kBFloat16 ? g->bf16_flops : g->tf32_flops, "table: " + name};
   return {0, "unknown GPU '" + name + "' (set train.peak_flops)"};
 }
+
+void set_tf32(bool on) {
+  at::globalContext().setFloat32MatmulPrecision(on ? "high" : "highest");
+  at::globalContext().setAllowTF32CuDNN(on);
+}
+
+bool tf32_enabled() { return at::globalContext().allowTF32CuBLAS() && at::globalContext().allowTF32CuDNN(); }
 
 AutocastGuard::AutocastGuard(const torch::Device& device, bool enabled)
     : enabled_(enabled), cuda_(device.is_cuda()) {

@@ -34,6 +34,13 @@ DevicePeak device_peak(const torch::Device& device, torch::ScalarType dtype, dou
 // CPU peak, measured: best of several n×n matmuls.
 double measure_matmul_flops(torch::ScalarType dtype, int64_t n, double seconds);
 
+// TF32 for fp32 work on CUDA: cuBLAS matmuls (float32 matmul precision "high") and cuDNN
+// convolutions. bf16 autocast runs the matmuls in bf16 already; TF32 speeds up what stays fp32
+// (fp32 runs, ops autocast keeps in fp32). A process-wide switch, set once by fit.
+void set_tf32(bool on);
+// What the switch says now: "on" or "off" (for the start-up lines).
+bool tf32_enabled();
+
 // Enables bf16 autocast on `device` for its lifetime (fp32 master weights stay fp32).
 class AutocastGuard {
  public:

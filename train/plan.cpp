@@ -37,6 +37,54 @@ double implied_mfu(double tokens, double flops_per_token, double hours, int n_gp
   return denom > 0 ? tokens * flops_per_token / denom : 0;
 }
 
+namespace {
+
+std::string number(double x) { return absl::StrFormat("%g", x); }
+
+// The global batch and the fit flags that reproduce the plan from the preset's defaults.
+void set_batch_and_fit_args(const PlanRequest& req, const model::PresetTraining& d, Plan& p) {
+  const int64_t per_micro = p.micro_batch * p.seq_len * req.n_gpus;
+  bool exact = true;
+  if (d.batch_tokens > 0) {
+    exact = d.batch_tokens % per_micro == 0;
+    p.grad_accum = std::max<int64_t>(1, std::llround(static_cast<double>(d.batch_tokens) / per_micro));
+  }
+  p.step_tokens = per_micro * p.grad_accum;
+  auto& a = p.fit_args;
+  a = {"--data", "/data/shards", "--preset", req.model.preset, "--out", "/runs/" + req.model.preset};
+  if (req.tokens != d.tokens) a.insert(a.end(), {"--tokens", number(req.tokens)});
+  if (p.seq_len != d.seq_len) a.insert(a.end(), {"--seq-len", std::to_string(p.seq_len)});
+  if (p.micro_batch != d.micro_batch) a.insert(a.end(), {"--micro-batch", std::to_string(p.micro_batch)});
+  // Without a preset batch (grad_accum 1), or when it does not divide: the accumulation itself.
+  if (!exact || (d.batch_tokens == 0 && p.grad_accum != 1))
+    a.insert(a.end(), {"--grad-accum", std::to_string(p.grad_accum)});
+}
+
+std::string join(const std::vector<std::string>& args) {
+  std::string s;
+  for (const auto& x : args) s += " " + x;
+  return s;
+}
+
+}  // namespace
+
+std::string fit_command(const Plan& p, const PlanRequest& req) {
+  const std::string launcher =
+      req.n_gpus > 1 ? absl::StrFormat("torchrun --no-python --nproc-per-node %d lmtrain fit", req.n_gpus)
+                     : std::string("lmtrain fit");
+  return launcher + join(p.fit_args);
+}
+
+std::string docker_command(const Plan& p, const PlanRequest& req) {
+  // docker/README.md: the image, /data and /runs volumes; torchrun from the image's venv.
+  const std::string launcher =
+      req.n_gpus > 1
+          ? absl::StrFormat("/opt/lmforge/venv/bin/torchrun --no-python --nproc-per-node %d lmtrain fit", req.n_gpus)
+          : std::string("lmtrain fit");
+  return "docker run --gpus all --ipc=host --stop-timeout 120 --rm -v \"$PWD/data:/data\" -v \"$PWD/runs:/runs\" "
+         "lmforge:cuda " + launcher + join(p.fit_args);
+}
+
 absl::StatusOr<Plan> make_plan(const PlanRequest& req) {
   LM_RETURN_IF_ERROR(model::validate(req.model));
   if (!(req.tokens > 0)) return absl::InvalidArgumentError(absl::StrFormat("--tokens: must be positive, got %g", req.tokens));
@@ -54,7 +102,9 @@ absl::StatusOr<Plan> make_plan(const PlanRequest& req) {
   p.gpu_name = g ? g->name : req.gpu;
   p.peak_flops = req.peak_flops > 0 ? req.peak_flops : g->bf16_flops;
   p.memory_per_gpu = req.memory_bytes > 0 ? req.memory_bytes : g->memory_bytes;
-  p.seq_len = req.seq_len > 0 ? req.seq_len : req.model.max_seq_len;
+  const model::PresetTraining defaults = model::preset_training(req.model.preset);
+  // What fit trains with: the preset's sequence (its max_seq_len for the GPU presets).
+  p.seq_len = req.seq_len > 0 ? req.seq_len : std::min(defaults.seq_len, req.model.max_seq_len);
   p.params = model::param_count(req.model);
   p.matmul_params = model::matmul_param_count(req.model);
   p.flops_per_token = model::train_flops_per_token(req.model, p.seq_len);
@@ -76,7 +126,14 @@ absl::StatusOr<Plan> make_plan(const PlanRequest& req) {
   };
   p.max_micro_batch = largest(false);
   p.max_micro_batch_ckpt = largest(true);
-  p.micro_batch = req.micro_batch > 0 ? req.micro_batch : std::max<int64_t>(1, p.max_micro_batch);
+  if (req.micro_batch > 0) {
+    p.micro_batch = req.micro_batch;
+  } else if (activation_bytes(req.model, defaults.micro_batch, p.seq_len, false) <= budget) {
+    p.micro_batch = defaults.micro_batch;
+  } else {
+    p.micro_batch = std::max<int64_t>(1, p.max_micro_batch);
+  }
+  set_batch_and_fit_args(req, defaults, p);
   p.memory = fixed;
   p.memory.activations = activation_bytes(req.model, p.micro_batch, p.seq_len, false);
   p.memory.activations_ckpt = activation_bytes(req.model, p.micro_batch, p.seq_len, true);
@@ -105,11 +162,15 @@ std::string format_plan(const Plan& p, const PlanRequest& req) {
   s += absl::StrFormat("  largest micro-batch that fits in 90%% of memory: %d (%d with checkpointing)%s\n",
                        p.max_micro_batch, p.max_micro_batch_ckpt,
                        p.max_micro_batch == 0 ? " -- does not fit without sharding or checkpointing" : "");
+  s += absl::StrFormat("batch: %d x %d x accum %d x %d GPU(s) = %d tokens per step\n", p.micro_batch, p.seq_len,
+                       p.grad_accum, req.n_gpus, p.step_tokens);
   s += absl::StrFormat("time at MFU %.1f%%: %.1f h (%.2f days)", 100 * req.mfu, p.seconds / 3600,
                        p.seconds / 86400);
   if (req.price_per_hour > 0)
     s += absl::StrFormat("; cost at $%.2f/GPU-hour: $%.0f", req.price_per_hour, p.cost);
   s += "\n";
+  s += "fit: " + fit_command(p, req) + "\n";
+  s += "docker: " + docker_command(p, req) + "\n";
   return s;
 }
 

@@ -13,11 +13,11 @@ namespace lm::train {
 
 struct PlanRequest {
   model::ModelConfig model;
-  double tokens = 2e9;
+  double tokens = 2e9;       // cmd_plan: the preset's budget (model::preset_training) unless --tokens
   std::string gpu = "h100";
   int n_gpus = 1;
-  int64_t seq_len = 0;       // 0 = model.max_seq_len
-  int64_t micro_batch = 0;   // 0 = the largest power of two that fits
+  int64_t seq_len = 0;       // 0 = the preset's training sequence (model::preset_training), at most max_seq_len
+  int64_t micro_batch = 0;   // 0 = the preset's default when it fits, else the largest power of two that fits
   double mfu = 0.4;          // assumed model FLOPs utilisation
   double price_per_hour = 0; // per GPU; 0 = no cost line
   double peak_flops = 0;     // override of the table's dense bf16 peak
@@ -43,7 +43,18 @@ struct Plan {
   int64_t micro_batch = 0, max_micro_batch = 0, max_micro_batch_ckpt = 0;
   MemoryEstimate memory;  // at micro_batch
   double seconds = 0, cost = 0;
+  // The global batch fit will use: the preset's batch_tokens over micro_batch·seq·GPUs, rounded
+  // to a whole grad_accum (>= 1) when it does not divide.
+  int64_t grad_accum = 1, step_tokens = 0;
+  // `lmtrain fit` arguments (after "lmtrain fit") that train what this plan assumes: the preset,
+  // and a flag only where the plan differs from the preset's defaults (docs/gpu.md).
+  std::vector<std::string> fit_args;
 };
+
+// The command lines a renter runs: `lmtrain fit ...` (torchrun for > 1 GPU) and the same inside
+// `docker run --gpus all --ipc=host ...` with docker/README.md's image and volumes.
+std::string fit_command(const Plan& plan, const PlanRequest& req);
+std::string docker_command(const Plan& plan, const PlanRequest& req);
 
 // Activation bytes for one micro-batch of `batch` × `seq_len` (formula in docs/performance.md).
 double activation_bytes(const model::ModelConfig& cfg, int64_t batch, int64_t seq_len, bool checkpointing);

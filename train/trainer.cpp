@@ -140,6 +140,7 @@ Trainer::Trainer(const FitRequest& req, BatchSource& source, const ValSets& val)
 absl::StatusOr<std::unique_ptr<Trainer>> Trainer::create(const FitRequest& req_in, BatchSource& source,
                                                          const ValSets& val) {
   FitRequest req = req_in;
+  resolve_hardware(req.train, torch::cuda::is_available());  // "auto" device/dtype (fit did it already)
   LM_RETURN_IF_ERROR(model::validate(req.model));
   LM_RETURN_IF_ERROR(resolve(req.train, req.model, req.world_size));
   LM_RETURN_IF_ERROR(RunFolder(req.run_dir).open(req.resume, req.force));
@@ -157,6 +158,7 @@ absl::Status Trainer::build_model() {
   if (device_.is_cuda() && !torch::cuda::is_available())
     return absl::FailedPreconditionError("train.device is cuda but no CUDA device is visible");
   if (tc_.threads > 0) setup_threads(tc_.threads);
+  if (device_.is_cuda()) set_tf32(tc_.tf32);
   torch::manual_seed(tc_.seed);
   model_ = model::Transformer(req_.model);
   model_->init_weights(tc_.seed);
@@ -228,6 +230,8 @@ void Trainer::announce() {
   sum_.peak_source = peak_.source;
   if (!main_rank_) return;
   for (const auto& line : absl::StrSplit(version_report("lmtrain fit"), '\n')) log_info("%s", std::string(line));
+  log_info("device %s, %s, TF32 matmuls %s", device_.str(), bf16_ ? "bf16 autocast (fp32 master weights)" : "fp32",
+           device_.is_cuda() ? (tf32_enabled() ? "on" : "off") : "n/a on cpu");
   log_info("model %s: %s params, %.3g FLOPs/token; batch %d x %d x accum %d = %s tokens/step; %d steps; peak %s (%s)",
            req_.model.preset, format_count(static_cast<double>(model::param_count(req_.model))), flops_per_token_,
            tc_.micro_batch, tc_.seq_len, tc_.grad_accum, format_count(static_cast<double>(step_tokens_)), tc_.steps,
@@ -252,7 +256,7 @@ absl::Status Trainer::open_metrics() {
 
 absl::StatusOr<FitSummary> Trainer::train() {
   progress_ = std::make_unique<Progress>("train", static_cast<double>(tc_.steps), "steps");
-  t_start_ = t_log_ = Clock::now();
+  t_start_ = t_log_ = last_checkpoint_ = Clock::now();
   tokens_at_log_ = tokens_;
   while (step_ < tc_.steps) {
     StepResult r = train_step();
@@ -265,12 +269,12 @@ absl::StatusOr<FitSummary> Trainer::train() {
     }
     LM_RETURN_IF_ERROR(checkpoint_if_due());
     if (const Stop why = stop_policy(); why != Stop::kNo) {  // train.stop_at_step, SIGINT/SIGTERM
-      LM_RETURN_IF_ERROR(checkpoint());
+      LM_RETURN_IF_ERROR(checkpoint(/*wait=*/true));
       announce_stop(why);
       break;
     }
   }
-  if (step_ == tc_.steps && sum_.stop_signal == 0) LM_RETURN_IF_ERROR(checkpoint());
+  if (step_ == tc_.steps && sum_.stop_signal == 0) LM_RETURN_IF_ERROR(checkpoint(/*wait=*/true));
   return finish();
 }
 
@@ -464,16 +468,32 @@ void Trainer::write_tensorboard(const Json& line) {
   tensorboard_.reset();
 }
 
+// Every checkpoint_interval steps, or when checkpoint_minutes passed since the last one (decided
+// by stop_policy's agreement at the end of the previous step, so all ranks checkpoint the same
+// step). Written in the background: the next steps run while rank 0's writer saves the snapshot.
 absl::Status Trainer::checkpoint_if_due() {
-  if (tc_.checkpoint_interval > 0 && step_ % tc_.checkpoint_interval == 0 && step_ != tc_.steps) return checkpoint();
-  return absl::OkStatus();
+  // A background write that failed (disk full) stops the run at the next step, not a period later.
+  if (writer_ && !writer_->busy()) LM_RETURN_IF_ERROR(writer_->wait());
+  const bool by_step = tc_.checkpoint_interval > 0 && step_ % tc_.checkpoint_interval == 0;
+  const bool by_time = time_due_;
+  time_due_ = false;
+  if (step_ == tc_.steps || (!by_step && !by_time)) return absl::OkStatus();
+  return checkpoint(/*wait=*/false);
 }
 
-absl::Status Trainer::checkpoint() {
+// wait: the write is finished (and its error known) on return: the last step and a stop.
+absl::Status Trainer::checkpoint(bool wait) {
+  last_checkpoint_ = Clock::now();  // on every rank: the minutes count from here
   if (!main_rank_) return absl::OkStatus();
   metrics_.flush();
-  LM_RETURN_IF_ERROR(save_checkpoint(req_.run_dir, step_, model_, *optim_, trainer_state(), tc_.keep_last));
+  if (!writer_) writer_ = std::make_unique<CheckpointWriter>(req_.run_dir, tc_.keep_last);
+  const auto t0 = Clock::now();
+  LM_RETURN_IF_ERROR(writer_->start(snapshot_checkpoint(step_, model_, *optim_, trainer_state())));
+  const double snap_s = since(t0);
   sum_.checkpoint = RunFolder(req_.run_dir).checkpoint(step_);
+  if (!wait) return absl::OkStatus();  // the snapshot (snap_s) is all the step pays
+  LM_RETURN_IF_ERROR(writer_->wait());
+  log_info("checkpoint step %d written in %.2f s (snapshot %.2f s)", step_, since(t0), snap_s);
   return absl::OkStatus();
 }
 
@@ -497,8 +517,14 @@ Json Trainer::trainer_state() const {
 // so they checkpoint the same step and none waits on a dead peer.
 Trainer::Stop Trainer::stop_policy() {
   if (step_ == tc_.stop_at_step && step_ != tc_.steps) return Stop::kAtStep;
+  // One agreement for both: rank 0's clock says whether checkpoint_minutes passed (the low bit),
+  // any rank's signal says stop (a stop checkpoints anyway, so the bit then does not matter).
+  const bool due = main_rank_ && tc_.checkpoint_minutes > 0 && since(last_checkpoint_) >= 60 * tc_.checkpoint_minutes;
   int sig = lm::stop_signal();
-  if (req_.comm != nullptr) sig = static_cast<int>(req_.comm->max(sig));
+  int agreed = 2 * sig + (due ? 1 : 0);
+  if (req_.comm != nullptr) agreed = static_cast<int>(req_.comm->max(agreed));
+  sig = agreed / 2;
+  time_due_ = agreed % 2 == 1;
   if (sig == 0) return Stop::kNo;
   sum_.stop_signal = sig;
   return Stop::kSignal;

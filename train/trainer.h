@@ -13,6 +13,7 @@
 #include "core/tensorboard.h"
 #include "model/config.h"
 #include "model/transformer.h"
+#include "train/checkpoint.h"
 #include "train/config.h"
 #include "train/device.h"
 #include "train/faults.h"
@@ -131,7 +132,7 @@ class Trainer {
   absl::Status write_metrics(const Json& line, const StepResult& r);
   void write_tensorboard(const Json& line);
   absl::Status checkpoint_if_due();
-  absl::Status checkpoint();
+  absl::Status checkpoint(bool wait);
   Stop stop_policy();
   void announce_stop(Stop why);
   FitSummary finish() const;
@@ -172,6 +173,11 @@ class Trainer {
   std::vector<double> rates_;
   bool sentinel_warned_ = false;
   std::unique_ptr<Progress> progress_;
+
+  // Checkpoints: rank 0's background writer (train/checkpoint.h), and the wall-clock period.
+  std::unique_ptr<CheckpointWriter> writer_;
+  Clock::time_point last_checkpoint_;
+  bool time_due_ = false;  // checkpoint_minutes passed, as all ranks agreed in stop_policy
 };
 
 // The resolved run config written to runs/NAME/config.json.

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Kill soak: train the tiny preset, kill -9 it at random moments (also during checkpoint
-# writes) KILLS times, resume each time, and require the final weights and the loss sequence
-# to be bit-identical to an uninterrupted run. Then SIGTERM: the run must finish its step,
+# writes: every 7 steps and every 0.18 s of wall clock, in rank 0's background writer) KILLS
+# times, resume each time, and require the final weights and the loss sequence to be
+# bit-identical to an uninterrupted run. Then SIGTERM: the run must finish its step,
 # checkpoint and exit 143 within a bounded time.
 #   tests/soak/kill_soak.sh BUILD_DIR [KILLS=20] [STEPS=300]
 set -euo pipefail
@@ -16,7 +17,7 @@ Q="--threads 1 -q"
 "$LMTRAIN" prepare --corpus "$ROOT/data/sample/corpus.json" --tokenizer "$W/tok" --out "$W/shards" $Q >/dev/null
 cat > "$W/run.json" <<JSON
 {"train": {"steps": $STEPS, "micro_batch": 4, "seq_len": 64, "warmup_steps": 10, "log_interval": 1,
-           "checkpoint_interval": 7, "keep_last": 2, "eval_interval": 0}}
+           "checkpoint_interval": 7, "checkpoint_minutes": 0.003, "keep_last": 2, "eval_interval": 0}}
 JSON
 FIT=("$LMTRAIN" fit --data "$W/shards" --preset tiny --config "$W/run.json" $Q)
 

@@ -7,6 +7,8 @@
 #include "model/transformer.h"
 #include "train/device.h"
 #include "train/plan.h"
+#include "app/fit_flags.h"
+#include "train/config.h"
 
 namespace lm::train {
 namespace {
@@ -21,7 +23,10 @@ TEST(Plan, CountsAgreeWithTheModelForEveryPreset) {
     ASSERT_TRUE(p.ok()) << name << ": " << p.status();
     EXPECT_EQ(p->params, model::param_count(*cfg)) << name;
     EXPECT_EQ(p->matmul_params, model::matmul_param_count(*cfg)) << name;
-    EXPECT_DOUBLE_EQ(p->flops_per_token, model::train_flops_per_token(*cfg, cfg->max_seq_len)) << name;
+    // At the sequence fit trains with: the preset's (small: 128 of its 256; the GPU presets: their max).
+    const int64_t seq = model::preset_training(name).seq_len;
+    EXPECT_EQ(p->seq_len, seq) << name;
+    EXPECT_DOUBLE_EQ(p->flops_per_token, model::train_flops_per_token(*cfg, seq)) << name;
     EXPECT_DOUBLE_EQ(p->total_flops, p->flops_per_token * req.tokens) << name;
     // 16 bytes per parameter: fp32 weights, grads and two AdamW moments.
     EXPECT_DOUBLE_EQ(p->memory.weights + p->memory.grads + p->memory.optimizer, 16.0 * p->params) << name;
@@ -100,6 +105,129 @@ TEST(Plan, BadInputNamesTheFlag) {
   EXPECT_EQ(make_plan(req).status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_NE(find_gpu("NVIDIA H100 80GB HBM3"), nullptr);
   EXPECT_STREQ(find_gpu("NVIDIA A100-SXM4-80GB")->key, "a100");  // not the A10 row
+}
+
+}  // namespace
+}  // namespace lm::train
+
+// ---- The presets' GPU defaults and `lmtrain plan` agree (issue 22) -----------------------------
+
+namespace lm::train {
+namespace {
+
+// Parses `lmtrain plan`'s fit arguments with fit's own flag definitions (app/fit_flags.h) and
+// resolves them as fit does: preset defaults < flags, device auto on a machine with a GPU.
+TrainConfig resolve_plan_fit_command(const Plan& plan, const model::ModelConfig& m, int world) {
+  CLI::App app("fit");
+  TrainOverrides flags;
+  std::string data, out, preset;
+  app.add_option("--data", data)->required();
+  app.add_option("--out", out)->required();
+  app.add_option("--preset", preset)->required();
+  app::add_train_flags(&app, flags);
+  std::vector<std::string> args(plan.fit_args.rbegin(), plan.fit_args.rend());  // CLI11 parses a reversed vector
+  app.parse(args);
+  EXPECT_EQ(preset, m.preset);
+  TrainConfig tc = preset_train_config(preset);
+  flags.apply(tc);
+  resolve_hardware(tc, /*cuda_available=*/true);
+  EXPECT_TRUE(resolve(tc, m, world).ok()) << m.preset;
+  return tc;
+}
+
+TEST(PresetDefaults, GpuPresetsUseTheLargestMicroBatchThatFitsTheirGpu) {
+  for (const char* name : {"124m", "400m", "1b"}) {
+    const model::PresetTraining d = model::preset_training(name);
+    PlanRequest req;
+    req.model = *model::preset(name);
+    req.gpu = d.hardware;
+    auto p = make_plan(req);
+    ASSERT_TRUE(p.ok()) << name << ": " << p.status();
+    // The preset's micro-batch is what fits an 80 GB H100 by plan's estimate, and twice it does not.
+    EXPECT_EQ(p->max_micro_batch, d.micro_batch) << name;
+    EXPECT_EQ(p->micro_batch, d.micro_batch) << name;
+    EXPECT_EQ(d.seq_len, req.model.max_seq_len) << name;
+    EXPECT_EQ(d.checkpoint_interval, 0) << name << ": GPU presets checkpoint by minutes";
+    EXPECT_GT(d.checkpoint_minutes, 0) << name;
+  }
+  EXPECT_STREQ(model::preset_training("small").hardware, "cpu");
+  EXPECT_EQ(preset_train_config("small").micro_batch, TrainConfig().micro_batch);  // the CPU demo unchanged
+}
+
+TEST(PresetDefaults, PlanFitCommandResolvesToThePlan) {
+  struct Case { const char* preset; const char* gpu; int gpus; bool bare; };
+  // bare: the renter's command carries no training flags (the preset's defaults are the plan).
+  for (const Case& c : {Case{"124m", "h100", 1, true}, Case{"400m", "h100", 1, true}, Case{"400m", "h200", 8, true},
+                        Case{"1b", "h100", 8, true}, Case{"400m", "4090", 1, false}, Case{"400m", "h100", 3, false},
+                        Case{"small", "a10", 1, false}}) {
+    SCOPED_TRACE(absl::StrCat(c.preset, " on ", c.gpus, " x ", c.gpu));
+    PlanRequest req;
+    req.model = *model::preset(c.preset);
+    const model::PresetTraining d = model::preset_training(c.preset);
+    req.tokens = d.tokens > 0 ? d.tokens : 2e9;
+    req.gpu = c.gpu;
+    req.n_gpus = c.gpus;
+    auto p = make_plan(req);
+    ASSERT_TRUE(p.ok()) << p.status();
+    const TrainConfig tc = resolve_plan_fit_command(*p, req.model, c.gpus);
+    EXPECT_EQ(tc.micro_batch, p->micro_batch);
+    EXPECT_EQ(tc.seq_len, p->seq_len);
+    EXPECT_EQ(tc.grad_accum, p->grad_accum);
+    EXPECT_EQ(tokens_per_step(tc, c.gpus), p->step_tokens);
+    EXPECT_EQ(static_cast<double>(tc.tokens), req.tokens);
+    EXPECT_EQ(tc.device, "cuda");
+    EXPECT_EQ(tc.dtype, "bf16");
+    EXPECT_TRUE(tc.tf32);
+    EXPECT_LE(p->micro_batch, std::max<int64_t>(1, p->max_micro_batch)) << "the plan's micro-batch must fit";
+    if (c.bare) {
+      EXPECT_EQ(p->fit_args.size(), 6u) << fit_command(*p, req);
+      EXPECT_EQ(p->step_tokens, d.batch_tokens);
+    } else {
+      EXPECT_GT(p->fit_args.size(), 6u) << fit_command(*p, req);
+    }
+    const std::string docker = docker_command(*p, req);
+    EXPECT_NE(docker.find("--gpus all --ipc=host"), std::string::npos) << docker;
+    EXPECT_NE(docker.find(fit_command(*p, req).substr(fit_command(*p, req).find(" --data"))), std::string::npos);
+  }
+}
+
+TEST(PresetDefaults, HardwareAutoAndPrecedence) {
+  TrainConfig gpu;
+  EXPECT_NE(resolve_hardware(gpu, true).find("auto"), std::string::npos);
+  EXPECT_EQ(gpu.device, "cuda");
+  EXPECT_EQ(gpu.dtype, "bf16");
+  TrainConfig cpu;
+  resolve_hardware(cpu, false);
+  EXPECT_EQ(cpu.device, "cpu");
+  EXPECT_EQ(cpu.dtype, "fp32");
+  TrainConfig asked;  // flags given explicitly still win
+  TrainOverrides o;
+  o.device = "cpu";
+  o.dtype = "bf16";
+  o.apply(asked);
+  resolve_hardware(asked, true);
+  EXPECT_EQ(asked.device, "cpu");
+  EXPECT_EQ(asked.dtype, "bf16");
+  // --steps clears the preset's token budget; --grad-accum its batch_tokens; a config file alike.
+  TrainConfig t = preset_train_config("400m");
+  TrainOverrides s;
+  s.steps = 50;
+  s.grad_accum = 2;
+  s.apply(t);
+  EXPECT_EQ(t.tokens, 0);
+  EXPECT_EQ(t.batch_tokens, 0);
+  TrainConfig f = preset_train_config("400m");
+  clear_shadowed(Json{{"steps", 10}}, f);
+  EXPECT_EQ(f.tokens, 0);
+  EXPECT_EQ(f.batch_tokens, 524288);
+}
+
+TEST(PresetDefaults, Tf32SwitchSetsTheGlobalContext) {
+  set_tf32(true);
+  EXPECT_TRUE(tf32_enabled());
+  set_tf32(false);
+  EXPECT_FALSE(tf32_enabled());
+  EXPECT_FALSE(at::globalContext().allowTF32CuBLAS());
 }
 
 }  // namespace

@@ -374,6 +374,91 @@ TEST_F(TrainTest, ResavingTheLatestStepLeavesItInPlace) {
   EXPECT_NE(*read_file(r.run_dir + "/checkpoints/step-00000011/model.safetensors"), before);
 }
 
+// Checkpoints by wall-clock minutes (train.checkpoint_minutes): they happen without a step
+// interval, and a resume from one is exact (bit-identical to the uninterrupted run).
+TEST_F(TrainTest, TimeBasedCheckpointResumesExactly) {
+  auto full = tiny_request(temp_run("time_full"), 30);
+  full.train.checkpoint_interval = 0;
+  auto sf = run_fit(full);
+  ASSERT_TRUE(sf.ok()) << sf.status();
+  auto steps_saved = [](const std::string& run) {
+    std::vector<std::string> v;
+    for (auto& e : fs::directory_iterator(run + "/checkpoints")) v.push_back(e.path().filename().string());
+    std::sort(v.begin(), v.end());
+    return v;
+  };
+  EXPECT_EQ(steps_saved(full.run_dir), std::vector<std::string>{"step-00000030"});  // no period: only the last
+
+  auto timed = tiny_request(temp_run("time_ckpt"), 30);
+  timed.train.checkpoint_interval = 0;
+  timed.train.checkpoint_minutes = 1e-9;  // due after every step (rank 0's clock)
+  timed.train.keep_last = 100;
+  auto st = run_fit(timed);
+  ASSERT_TRUE(st.ok()) << st.status();
+  const auto saved = steps_saved(timed.run_dir);
+  EXPECT_GE(saved.size(), 25u) << "time-based checkpoints were not written";
+  ASSERT_TRUE(fs::exists(timed.run_dir + "/checkpoints/step-00000017/trainer.json"));
+
+  // Resume from the time-based checkpoint of step 17 (as if the run had been killed after it).
+  ASSERT_TRUE(write_file_atomic(timed.run_dir + "/latest", "step-00000017\n").ok());
+  timed.resume = true;
+  auto sr = run_fit(timed);
+  ASSERT_TRUE(sr.ok()) << sr.status();
+  EXPECT_EQ(sr->start_step, 17);
+  for (size_t i = 0; i < sr->losses.size(); ++i) EXPECT_EQ(sr->losses[i], sf->losses[17 + i]) << "step " << 18 + i;
+  auto wf = weights_of(sf->checkpoint), wr = weights_of(sr->checkpoint);
+  ASSERT_EQ(wf.size(), wr.size());
+  for (size_t i = 0; i < wf.size(); ++i) EXPECT_TRUE(torch::equal(wf[i], wr[i])) << i;
+}
+
+#ifndef LM_ASSERT_OK
+#define LM_ASSERT_OK(expr)                  \
+  do {                                      \
+    const absl::Status lm_st_ = (expr);     \
+    ASSERT_TRUE(lm_st_.ok()) << lm_st_;     \
+  } while (0)
+#endif
+#define LM_EXPECT_OK(expr) EXPECT_TRUE((expr).ok())
+
+// The background writer saves the state of the step it was given, even when training changes the
+// weights right after start() (the snapshot is a copy); writes never overlap; errors come back.
+TEST_F(TrainTest, BackgroundCheckpointWriterSavesTheSnapshot) {
+  const fs::path run = temp_run("writer");
+  fs::create_directories(run);
+  auto r = tiny_request(run, 1);
+  model::Transformer m(r.model);
+  m->init_weights(7);
+  model::NamedTensors params;
+  for (auto& p : m->named_parameters()) params.emplace_back(p.key(), p.value());
+  AdamW opt(params, r.train);
+  const std::string expected = model::encode_safetensors(model::module_state(*m), {{"format", "pt"}});
+  CheckpointWriter writer(run.string(), 3);
+  LM_ASSERT_OK(writer.start(snapshot_checkpoint(5, m, opt, Json{{"step", 5}})));
+  {
+    torch::NoGradGuard no_grad;
+    for (auto& [n, p] : params) p.fill_(0.5);  // the next step changes the weights in place
+  }
+  LM_ASSERT_OK(writer.start(snapshot_checkpoint(6, m, opt, Json{{"step", 6}})));  // waits for step 5
+  LM_ASSERT_OK(writer.wait());
+  EXPECT_FALSE(writer.busy());
+  // EXPECT_TRUE, not EXPECT_EQ: a failure would print the whole file.
+  EXPECT_TRUE(*read_file(run.string() + "/checkpoints/step-00000005/model.safetensors") == expected)
+      << "step 5's file is not the state at start(): the snapshot shares the training tensors";
+  EXPECT_TRUE(*read_file(run.string() + "/checkpoints/step-00000006/model.safetensors") != expected);
+  EXPECT_EQ(*latest_checkpoint(run.string()), run.string() + "/checkpoints/step-00000006");
+
+  // A write that fails (the checkpoints folder is a file) reports from wait(), naming the step.
+  const fs::path bad = temp_run("writer_bad");
+  fs::create_directories(bad);
+  ASSERT_TRUE(write_file_atomic((bad / "checkpoints").string(), "not a folder").ok());
+  CheckpointWriter failing(bad.string(), 3);
+  LM_ASSERT_OK(failing.start(snapshot_checkpoint(1, m, opt, Json{{"step", 1}})));
+  const absl::Status st = failing.wait();
+  EXPECT_FALSE(st.ok());
+  EXPECT_NE(std::string(st.message()).find("step-00000001"), std::string::npos) << st;
+  LM_EXPECT_OK(failing.wait());  // reported once
+}
+
 TEST_F(TrainTest, ResumeRefusesOtherConfigTokenizerOrLayout) {
   auto r = tiny_request(temp_run("refuse"), 10);
   ASSERT_TRUE(run_fit(r).ok());
