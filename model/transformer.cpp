@@ -2,8 +2,10 @@
 
 #include <ATen/autocast_mode.h>
 
+#include <atomic>
 #include <cmath>
 #include <limits>
+#include <mutex>
 
 namespace lm::model {
 
@@ -19,18 +21,48 @@ torch::ScalarType compute_dtype(const torch::Tensor& h) {
 
 }  // namespace
 
+namespace {
+std::mutex g_break_mu;
+std::string g_break_fast_path;  // guarded by g_break_mu; see set_debug_break_fast_path
+std::atomic<bool> g_break_any{false};
+}  // namespace
+
+void set_debug_break_fast_path(const std::string& name) {
+  std::lock_guard<std::mutex> lock(g_break_mu);
+  g_break_fast_path = name;
+  g_break_any = !name.empty();
+}
+
+bool debug_break_fast_path(const char* name) {
+  if (!g_break_any.load(std::memory_order_relaxed)) return false;  // the normal case: one load
+  std::lock_guard<std::mutex> lock(g_break_mu);
+  return g_break_fast_path == name;
+}
+
 RMSNormImpl::RMSNormImpl(int64_t dim, double eps) : eps_(eps) {
   weight = register_parameter("weight", torch::ones({dim}));
 }
 
-torch::Tensor RMSNormImpl::forward(const torch::Tensor& x) {
-  // Normalise in fp32 so bf16 activations do not lose the small-variance tail. The output is in
-  // the dtype the next matmuls compute in (the autocast dtype when autocast is on): rounded once
-  // here, as autocast would round it, instead of once per consuming projection (q, k, v; gate,
-  // up), which also sums one gradient instead of three in the backward.
+// Both normalise in fp32 so bf16 activations do not lose the small-variance tail. The output is
+// in the dtype the next matmuls compute in (the autocast dtype when autocast is on): rounded once
+// here, as autocast would round it, instead of once per consuming projection (q, k, v; gate,
+// up), which also sums one gradient instead of three in the backward.
+torch::Tensor reference_rms_norm(const torch::Tensor& x, const torch::Tensor& weight, double eps) {
   auto xf = x.to(torch::kFloat32);
-  auto y = xf * torch::rsqrt(xf.pow(2).mean(-1, /*keepdim=*/true) + eps_);
+  auto y = xf * torch::rsqrt(xf.pow(2).mean(-1, /*keepdim=*/true) + eps);
   return (y * weight).to(compute_dtype(x));
+}
+
+torch::Tensor fused_rms_norm(const torch::Tensor& x, const torch::Tensor& weight, double eps) {
+  const auto out_dtype = compute_dtype(x);
+  c10::impl::ExcludeDispatchKeyGuard no_autocast(c10::autocast_dispatch_keyset);  // fp32 inside, as the reference
+  auto y = at::rms_norm(x.to(torch::kFloat32), {x.size(-1)}, weight.to(torch::kFloat32), eps).to(out_dtype);
+  return debug_break_fast_path("rms_norm.aten") ? y * 1.05 : y;
+}
+
+torch::Tensor RMSNormImpl::forward(const torch::Tensor& x) {
+  if (use_fused && x.is_cuda()) return fused_rms_norm(x, weight, eps_);
+  return reference_rms_norm(x, weight, eps_);
 }
 
 std::pair<torch::Tensor, torch::Tensor> rotary_tables(int64_t seq_len, int64_t head_dim,
@@ -75,9 +107,25 @@ torch::Tensor fused_attention(const torch::Tensor& q, const torch::Tensor& k,
                               const torch::Tensor& v) {
   // SDPA picks the flash / memory-efficient / cuDNN kernel on GPUs and the flash CPU kernel on
   // CPUs; grouped-query k, v (fewer heads than q) go in as they are (enable_gqa), not repeated.
-  return at::scaled_dot_product_attention(q, k, v, /*attn_mask=*/{}, /*dropout_p=*/0.0,
-                                          /*is_causal=*/true, /*scale=*/std::nullopt,
-                                          /*enable_gqa=*/k.size(1) != q.size(1));
+  auto y = at::scaled_dot_product_attention(q, k, v, /*attn_mask=*/{}, /*dropout_p=*/0.0,
+                                            /*is_causal=*/true, /*scale=*/std::nullopt,
+                                            /*enable_gqa=*/k.size(1) != q.size(1));
+  return debug_break_fast_path("attention.sdpa") ? y * 1.05 : y;
+}
+
+bool is_sdpa_backend(const std::string& name) {
+  return name == "auto" || name == "flash" || name == "cudnn" || name == "efficient" || name == "math";
+}
+
+bool set_sdpa_backend(const std::string& name) {
+  if (!is_sdpa_backend(name)) return false;
+  const bool all = name == "auto";
+  auto& ctx = at::globalContext();
+  ctx.setSDPUseFlash(all || name == "flash");
+  ctx.setSDPUseCuDNN(all || name == "cudnn");
+  ctx.setSDPUseMemEfficient(all || name == "efficient");
+  ctx.setSDPUseMath(all || name == "math");
+  return true;
 }
 
 namespace {
@@ -173,7 +221,8 @@ torch::Tensor linear_cross_entropy(const torch::Tensor& h, const torch::Tensor& 
   const int64_t chunk = lce_chunk_rows(h, w.size(0), chunk_rows);
   auto t = targets.to(torch::kInt64);
   if (torch::GradMode::is_enabled() && (h.requires_grad() || w.requires_grad())) {
-    return LinearCrossEntropy::apply(h, w, t, chunk);
+    auto loss = LinearCrossEntropy::apply(h, w, t, chunk);
+    return debug_break_fast_path("loss.chunked") ? loss * 1.05 : loss;
   }
   const auto dt = compute_dtype(h);
   c10::impl::ExcludeDispatchKeyGuard no_autocast(c10::autocast_dispatch_keyset);
@@ -344,6 +393,14 @@ void TransformerImpl::set_fused_attention(bool on) {
   for (auto& layer : *model->layers) layer->as<BlockImpl>()->self_attn->use_fused = on;
 }
 
+void TransformerImpl::set_fused_rms_norm(bool on) {
+  for (auto& layer : *model->layers) {
+    layer->as<BlockImpl>()->input_layernorm->use_fused = on;
+    layer->as<BlockImpl>()->post_attention_layernorm->use_fused = on;
+  }
+  model->norm->use_fused = on;
+}
+
 void TransformerImpl::set_debug_break_causality(bool on) {
   for (auto& layer : *model->layers) layer->as<BlockImpl>()->self_attn->debug_break_causality = on;
 }
@@ -375,6 +432,7 @@ torch::Tensor TransformerImpl::loss(const torch::Tensor& window) {
   // The LM head and the loss in one chunked pass (linear_cross_entropy): the [B*T, V] logits,
   // their fp32 log-probabilities and the autograd graph over them were the largest memory
   // traffic of a CPU step (docs/performance.md).
+  if (!chunked_loss_) return reference_linear_cross_entropy(h.reshape({-1, h.size(-1)}), w, targets.reshape({-1}));
   return linear_cross_entropy(h.reshape({-1, h.size(-1)}), w, targets.reshape({-1}));
 }
 

@@ -8,18 +8,32 @@
 
 #include <torch/torch.h>
 
+#include <string>
 #include <vector>
 
 #include "model/config.h"
 
 namespace lm::model {
 
+// Fast paths can be broken on purpose for the start-up verification's tests (model/verify.h):
+// the named path ("attention.sdpa", "rms_norm.aten", "loss.chunked") then scales its output by
+// 1.05. Empty (the default) breaks nothing; a process-wide setting, read on every call.
+void set_debug_break_fast_path(const std::string& name);
+bool debug_break_fast_path(const char* name);
+
 // RMSNorm (Zhang & Sennrich 2019): x / sqrt(mean(x^2) + eps) * weight, computed in fp32.
+// The reference is four element-wise ops; on CUDA the fast path is ATen's rms_norm (one fused
+// kernel forward and backward, _fused_rms_norm). CPUs keep the reference: it is the one the
+// trajectory and resume tests pin bit for bit.
+torch::Tensor reference_rms_norm(const torch::Tensor& x, const torch::Tensor& weight, double eps);
+torch::Tensor fused_rms_norm(const torch::Tensor& x, const torch::Tensor& weight, double eps);
+
 class RMSNormImpl : public torch::nn::Module {
  public:
   RMSNormImpl(int64_t dim, double eps);
   torch::Tensor forward(const torch::Tensor& x);
   torch::Tensor weight;
+  bool use_fused = true;  // on CUDA only
 
  private:
   double eps_;
@@ -41,6 +55,11 @@ torch::Tensor reference_attention(const torch::Tensor& q, const torch::Tensor& k
 // (grouped-query, H divisible by Hkv): they are used without being repeated.
 torch::Tensor fused_attention(const torch::Tensor& q, const torch::Tensor& k,
                               const torch::Tensor& v);
+// Restricts the kernels SDPA may choose on CUDA to one: "flash", "cudnn", "efficient" or "math";
+// "auto" allows all (ATen's priority order). Process-wide (ATen's global context). Returns false
+// for an unknown name.
+bool set_sdpa_backend(const std::string& name);
+bool is_sdpa_backend(const std::string& name);
 // Mean next-token cross-entropy of logits = h · wᵀ, without materialising the [N, V] logits
 // for autograd: rows are processed in chunks that stay in cache, the log-softmax runs in fp32,
 // and the gradient of the logits ((softmax - onehot) / N, in the compute dtype) is formed in the
@@ -132,6 +151,10 @@ class TransformerImpl : public torch::nn::Module {
   void init_weights(uint64_t seed);
   // Switches every attention layer between the fused and the reference path.
   void set_fused_attention(bool on);
+  // Switches every RMSNorm between ATen's fused kernel (CUDA) and the reference.
+  void set_fused_rms_norm(bool on);
+  // Switches loss() between the chunked linear_cross_entropy and the reference.
+  void set_chunked_loss(bool on) { chunked_loss_ = on; }
   void set_debug_break_causality(bool on);
 
   const ModelConfig& config() const { return cfg_; }
@@ -141,6 +164,7 @@ class TransformerImpl : public torch::nn::Module {
 
  private:
   ModelConfig cfg_;
+  bool chunked_loss_ = true;
 };
 TORCH_MODULE(Transformer);
 

@@ -95,6 +95,153 @@ EquivalenceReport check_attention_equivalence(int64_t batch, int64_t heads, int6
   return r;
 }
 
+double fast_path_tolerance(torch::ScalarType dtype) {
+  if (dtype == torch::kBFloat16 || dtype == torch::kFloat16) return 2e-2;
+  return 1e-5;
+}
+
+std::string FastPathCheck::summary() const {
+  return absl::StrFormat("fast path %s: %s (%s; rel. |Δout| %.2e, |Δgrad| %.2e, tol %.0e)", name,
+                         ok() ? "ok" : "MISMATCH", what, out_err, grad_err, tolerance);
+}
+
+std::string FastPathReport::summary() const {
+  std::string s;
+  for (const auto& c : checks) s += (s.empty() ? "" : "\n") + c.summary();
+  if (!fell_back.empty())
+    s += "\nfast paths FAILED on this device, training with their reference instead (slower, correct): " +
+         absl::StrJoin(fell_back, ", ");
+  return s;
+}
+
+namespace {
+
+// max |a - b| / max |b| in fp32 (0 when b is all zero and a equals it).
+double rel_err(const torch::Tensor& a, const torch::Tensor& b) {
+  auto af = a.to(torch::kFloat32), bf = b.to(torch::kFloat32);
+  const double scale = bf.abs().max().item<double>();
+  const double diff = (af - bf).abs().max().item<double>();
+  return scale > 0 ? diff / scale : diff;
+}
+
+// Runs `fn(fast)` for fast = false, true on leaf inputs, backward with a fixed upstream gradient,
+// and compares the outputs and the inputs' gradients.
+FastPathCheck compare(const std::string& name, const std::string& what, torch::ScalarType dtype,
+                      const std::vector<torch::Tensor>& inputs, const torch::Tensor& upstream,
+                      const std::function<torch::Tensor(bool, const std::vector<torch::Tensor>&)>& fn) {
+  FastPathCheck c{name, what, 0, 0, fast_path_tolerance(dtype)};
+  auto run = [&](bool fast) {
+    std::vector<torch::Tensor> in;
+    for (const auto& x : inputs) in.push_back(x.detach().clone().set_requires_grad(x.requires_grad()));
+    auto out = fn(fast, in);
+    std::vector<torch::Tensor> leaves;
+    for (const auto& x : in) if (x.requires_grad()) leaves.push_back(x);
+    auto grads = torch::autograd::grad({out}, leaves, {upstream.defined() ? upstream : torch::ones_like(out)});
+    return std::make_pair(out.detach(), grads);
+  };
+  auto [o_ref, g_ref] = run(false);
+  auto [o_fast, g_fast] = run(true);
+  c.out_err = rel_err(o_fast, o_ref);
+  for (size_t i = 0; i < g_ref.size(); ++i) c.grad_err = std::max(c.grad_err, rel_err(g_fast[i], g_ref[i]));
+  return c;
+}
+
+torch::Tensor rand_input(std::vector<int64_t> shape, at::Generator& gen, torch::Device device, torch::ScalarType dt,
+                    double scale = 1.0) {
+  return (at::randn(shape, gen, torch::TensorOptions()) * scale).to(device, dt);
+}
+
+constexpr int64_t kCheckSeq = 64;
+
+FastPathCheck check_attention(Transformer& m, torch::Device device, torch::ScalarType dt, uint64_t seed) {
+  const auto& cfg = m->config();
+  const int64_t H = cfg.n_heads, Hkv = cfg.n_kv_heads, D = cfg.head_dim();
+  const int64_t T = std::min<int64_t>(cfg.max_seq_len, kCheckSeq);
+  auto gen = at::detail::createCPUGenerator(seed);
+  std::vector<torch::Tensor> in = {rand_input({2, H, T, D}, gen, device, dt), rand_input({2, Hkv, T, D}, gen, device, dt),
+                                   rand_input({2, Hkv, T, D}, gen, device, dt)};
+  for (auto& x : in) x.set_requires_grad(true);
+  auto up = rand_input({2, H, T, D}, gen, device, dt);
+  return compare("attention.sdpa",
+                 absl::StrFormat("scaled_dot_product_attention%s vs matmul-softmax-matmul",
+                                 Hkv != H ? " (native GQA)" : ""),
+                 dt, in, up, [&](bool fast, const std::vector<torch::Tensor>& x) {
+                   if (fast) return fused_attention(x[0], x[1], x[2]);
+                   const int64_t rep = H / Hkv;
+                   return reference_attention(x[0], x[1].repeat_interleave(rep, 1), x[2].repeat_interleave(rep, 1), true);
+                 });
+}
+
+FastPathCheck check_rms_norm(Transformer& m, torch::Device device, torch::ScalarType dt, uint64_t seed) {
+  const auto& cfg = m->config();
+  auto gen = at::detail::createCPUGenerator(seed);
+  // The residual stream is fp32 under autocast; the output (and its gradient) in the compute dtype.
+  std::vector<torch::Tensor> in = {rand_input({2, kCheckSeq, cfg.d_model}, gen, device, torch::kFloat32),
+                                   (1.0 + rand_input({cfg.d_model}, gen, device, torch::kFloat32, 0.1))};
+  for (auto& x : in) x.set_requires_grad(true);
+  auto up = rand_input({2, kCheckSeq, cfg.d_model}, gen, device, dt);
+  const double eps = cfg.norm_eps;
+  return compare("rms_norm.aten", "at::rms_norm vs fp32 x * rsqrt(mean(x^2) + eps) * w", dt, in, up,
+                 [&](bool fast, const std::vector<torch::Tensor>& x) {
+                   auto xi = x[0];
+                   // The output dtype follows the compute dtype: emulate it with an explicit cast.
+                   auto y = fast ? fused_rms_norm(xi, x[1], eps) : reference_rms_norm(xi, x[1], eps);
+                   return y.to(dt);
+                 });
+}
+
+FastPathCheck check_chunked_loss(Transformer& m, torch::Device device, torch::ScalarType dt, uint64_t seed) {
+  const auto& cfg = m->config();
+  auto gen = at::detail::createCPUGenerator(seed);
+  const int64_t N = 2 * kCheckSeq;
+  std::vector<torch::Tensor> in = {rand_input({N, cfg.d_model}, gen, device, dt),
+                                   rand_input({cfg.vocab_size, cfg.d_model}, gen, device, dt, 0.05)};
+  for (auto& x : in) x.set_requires_grad(true);
+  auto targets = at::randint(cfg.vocab_size, {N}, gen, torch::TensorOptions().dtype(torch::kInt64)).to(device);
+  // Several chunks and a partial last one, as a long sequence would have.
+  const int64_t chunk = N / 3;
+  return compare("loss.chunked", "chunked linear_cross_entropy vs nll_loss(log_softmax(h wT))", dt, in, {},
+                 [&](bool fast, const std::vector<torch::Tensor>& x) {
+                   return fast ? linear_cross_entropy(x[0], x[1], targets, chunk)
+                               : reference_linear_cross_entropy(x[0], x[1], targets);
+                 });
+}
+
+}  // namespace
+
+const std::vector<FastPath>& fast_paths() {
+  static const std::vector<FastPath> registry = {
+      {"attention.sdpa", [](Transformer& m, torch::Device) { return m->config().attention == "fused"; },
+       check_attention, [](Transformer& m) { m->set_fused_attention(false); }},
+      {"rms_norm.aten", [](Transformer&, torch::Device d) { return d.is_cuda(); }, check_rms_norm,
+       [](Transformer& m) { m->set_fused_rms_norm(false); }},
+      {"loss.chunked", [](Transformer&, torch::Device) { return true; }, check_chunked_loss,
+       [](Transformer& m) { m->set_chunked_loss(false); }},
+  };
+  return registry;
+}
+
+FastPathReport verify_fast_paths(Transformer& model, torch::Device device, torch::ScalarType dtype,
+                                 uint64_t seed) {
+  FastPathReport r;
+  torch::AutoGradMode grad_on(true);
+  for (const auto& fp : fast_paths()) {
+    if (!fp.used(model, device)) continue;
+    FastPathCheck c;
+    try {
+      c = fp.check(model, device, dtype, seed++);
+    } catch (const std::exception& e) {  // a kernel that does not run here is a failed path too
+      c = FastPathCheck{fp.name, std::string("threw: ") + e.what(), INFINITY, INFINITY, fast_path_tolerance(dtype)};
+    }
+    if (!c.ok()) {
+      fp.fall_back(model);
+      r.fell_back.push_back(fp.name);
+    }
+    r.checks.push_back(std::move(c));
+  }
+  return r;
+}
+
 std::string CausalityReport::summary() const {
   return absl::StrFormat("causality: %s (%d positions, max leak %.3e)", ok() ? "ok" : "FAILED",
                          positions_checked, max_leak);

@@ -2,6 +2,7 @@
 // `lmtrain check`, and at the start of every `lmtrain fit`.
 #pragma once
 
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -42,6 +43,55 @@ EquivalenceReport check_attention_equivalence(int64_t batch, int64_t heads, int6
                                               int64_t head_dim, torch::ScalarType dtype,
                                               torch::Device device, uint64_t seed,
                                               int64_t kv_heads = 0);
+
+// ---- Fast paths against their reference twins ----
+//
+// Every fast path the model takes (a fused kernel, a chunked loss) has a reference twin: the
+// plain ATen ops it must equal. A fast path that has never met the renter's GPU must not train
+// unchecked, so `lmtrain fit` (every start-up, resumes too) and `lmtrain check` run each one
+// against its twin on the run's own device, forward and backward, and a mismatch switches the
+// model to the reference, loudly.
+
+struct FastPathCheck {
+  std::string name;       // "attention.sdpa"
+  std::string what;       // one line: the fast path and its twin
+  double out_err = 0;     // max |fast - ref| / max |ref| over the outputs
+  double grad_err = 0;    // the same over the input gradients
+  double tolerance = 0;   // relative; see fast_path_tolerance
+  bool ok() const { return out_err <= tolerance && grad_err <= tolerance; }
+  std::string summary() const;
+};
+
+// Relative tolerance of a fast path against its twin: fp32 reorders sums of unit-scale terms
+// (~1e-6, 1e-5 leaves room for D- and V-long reductions); bf16 rounds to 8 mantissa bits
+// (2^-8 ≈ 4e-3 per rounding; 2e-2 admits a few roundings in different places). A broken path is
+// off by far more (the debug break is 5%).
+double fast_path_tolerance(torch::ScalarType dtype);
+
+struct FastPath {
+  std::string name;
+  // Whether `model` uses this fast path at all on `device` (attention "reference" does not).
+  std::function<bool(Transformer&, torch::Device)> used;
+  // Fast path against its twin on inputs shaped like `model`'s, in `dtype` on `device`.
+  std::function<FastPathCheck(Transformer&, torch::Device, torch::ScalarType, uint64_t)> check;
+  // Turns the fast path off (the reference from then on).
+  std::function<void(Transformer&)> fall_back;
+};
+
+// The registry: every fast path of the model, in the order they are checked.
+const std::vector<FastPath>& fast_paths();
+
+struct FastPathReport {
+  std::vector<FastPathCheck> checks;   // the paths the model uses on this device
+  std::vector<std::string> fell_back;  // names of the paths switched to their reference
+  bool ok() const { return fell_back.empty(); }
+  std::string summary() const;
+};
+
+// Checks every fast path `model` uses on `device` against its reference in `dtype`; a mismatch
+// (or an exception from the fast path) switches that path off in `model` and names it.
+FastPathReport verify_fast_paths(Transformer& model, torch::Device device, torch::ScalarType dtype,
+                                 uint64_t seed);
 
 struct CausalityReport {
   double max_leak = 0;  // largest |Δlogit| at positions <= t when token t+1 changed

@@ -63,6 +63,9 @@ struct TrainConfig {
   // (false: after the whole backward, the older path kept as a fallback); bucket cap in MiB.
   bool ddp_overlap = true;
   double ddp_bucket_mb = 25;
+  // The attention kernel SDPA may pick on CUDA: auto (ATen's choice) | flash | cudnn | efficient |
+  // math. The start-up verification checks the chosen one against the reference (model/verify.h).
+  std::string sdpa_backend = "auto";
 
   template <class V>
   void visit(V& v) {
@@ -80,6 +83,7 @@ struct TrainConfig {
     v("peak_flops", peak_flops); v("stop_at_step", stop_at_step);
     v("inject_nan_step", inject_nan_step); v("ddp_overlap", ddp_overlap); v("ddp_bucket_mb", ddp_bucket_mb);
     v("nan_skip_limit", nan_skip_limit); v("inject_nan_steps", inject_nan_steps); v("inject_nan_in", inject_nan_in);
+    v("sdpa_backend", sdpa_backend);
   }
 };
 

@@ -40,6 +40,10 @@ const std::vector<GpuSpec>& gpu_table() {
   // Dense peaks from the vendors' data sheets (no sparsity); H200 has H100's compute.
   static const std::vector<GpuSpec> table = {
       {"h200", "NVIDIA H200", 989e12, 494e12, 141e9},
+      // PCIe and NVL cards run lower clocks and power than SXM: matched before the plain "h100"
+      // (the SXM module's nvidia-smi name, "NVIDIA H100 80GB HBM3"), so MFU is not flattered.
+      {"h100 pcie", "NVIDIA H100 PCIe", 756e12, 378e12, 80e9},
+      {"h100 nvl", "NVIDIA H100 NVL", 835e12, 418e12, 94e9},
       {"h100", "NVIDIA H100 SXM", 989e12, 494e12, 80e9},
       {"a100", "NVIDIA A100 80GB", 312e12, 156e12, 80e9},
       {"l40s", "NVIDIA L40S", 362e12, 183e12, 48e9},

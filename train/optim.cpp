@@ -3,6 +3,8 @@
 #include <cmath>
 #include <map>
 
+#include <ATen/ops/_foreach_mul.h>
+#include <ATen/ops/_foreach_norm.h>
 #include <ATen/ops/_fused_adamw.h>
 
 namespace lm::train {
@@ -16,6 +18,7 @@ AdamW::AdamW(const std::vector<std::pair<std::string, torch::Tensor>>& params, c
     (decay ? decayed_ : not_decayed_).push_back(name);
     slots_.push_back({name, p, torch::zeros_like(p, torch::MemoryFormat::Preserve),
                       torch::zeros_like(p, torch::MemoryFormat::Preserve), decay});
+    step_tensor(p.device());
   }
 }
 
@@ -25,20 +28,30 @@ void AdamW::zero_grad() {
   }
 }
 
-void AdamW::step(double lr) {
+torch::Tensor& AdamW::step_tensor(const torch::Device& device) {
+  auto& step = step_tensors_[device.str()];
+  if (!step.defined())
+    step = torch::full({}, static_cast<double>(loaded_t_), torch::TensorOptions().dtype(torch::kFloat32).device(device));
+  return step;
+}
+
+void AdamW::step(double lr, const torch::Tensor& found_inf) {
   torch::NoGradGuard no_grad;
-  ++t_;
+  // Bias correction reads state_steps, which the kernel does not advance (torch.optim adds 1
+  // before calling it and subtracts found_inf after): every slot shares the run's step count, so
+  // one step tensor per device is advanced by 1 - found_inf on the device and passed for each
+  // parameter. Integers below 2^24 are exact in float32, so this equals filling in t.
+  for (auto& [dev, step] : step_tensors_) {
+    if (found_inf.defined()) step.add_(1.0 - found_inf.to(step.device()));
+    else step.add_(1.0);
+  }
   // ATen's fused AdamW (one kernel over all tensors of a group on CUDA, a vectorised loop on CPU),
   // the kernel behind torch.optim.AdamW(fused=True): decayed and undecayed groups in two calls.
-  // Bias correction reads state_steps, which the kernel does not advance (torch.optim adds 1
-  // before calling it); every slot shares the run's step count t_, so one step tensor per device
-  // is filled with it and passed for each parameter.
   for (const bool decay : {true, false}) {
     std::vector<torch::Tensor> p, g, m, v, steps;
     for (auto& s : slots_) {
       if (s.decay != decay || !s.param.grad().defined()) continue;
-      auto& step = step_tensors_[s.param.device().str()];
-      if (!step.defined()) step = torch::zeros({}, torch::TensorOptions().dtype(torch::kFloat32).device(s.param.device()));
+      auto& step = step_tensors_.at(s.param.device().str());
       p.push_back(s.param);
       g.push_back(s.param.grad());
       m.push_back(s.exp_avg);
@@ -46,15 +59,22 @@ void AdamW::step(double lr) {
       steps.push_back(step);
     }
     if (p.empty()) continue;
-    for (auto& [dev, step] : step_tensors_) step.fill_(static_cast<double>(t_));
+    std::optional<at::Tensor> inf;
+    if (found_inf.defined()) inf = found_inf.to(p.front().device(), torch::kFloat32);
     at::_fused_adamw_(p, g, m, v, /*max_exp_avg_sqs=*/{}, steps, lr, beta1_, beta2_,
-                      decay ? weight_decay_ : 0.0, eps_, /*amsgrad=*/false, /*maximize=*/false);
+                      decay ? weight_decay_ : 0.0, eps_, /*amsgrad=*/false, /*maximize=*/false,
+                      /*grad_scale=*/std::nullopt, inf);
   }
+}
+
+int64_t AdamW::steps_taken() const {
+  if (step_tensors_.empty()) return loaded_t_;
+  return static_cast<int64_t>(step_tensors_.begin()->second.item<double>());
 }
 
 model::NamedTensors AdamW::state() const {
   model::NamedTensors out;
-  out.emplace_back("__step__", torch::tensor({t_}, torch::kInt64));
+  out.emplace_back("__step__", torch::tensor({steps_taken()}, torch::kInt64));
   for (const auto& s : slots_) {
     out.emplace_back(s.name + ".exp_avg", s.exp_avg);
     out.emplace_back(s.name + ".exp_avg_sq", s.exp_avg_sq);
@@ -77,25 +97,35 @@ absl::Status AdamW::load_state(const model::NamedTensors& state, const std::stri
       pair->copy_(f->second);
     }
   }
-  t_ = it->second.item<int64_t>();
+  loaded_t_ = it->second.item<int64_t>();
+  for (auto& [dev, step] : step_tensors_) step.fill_(static_cast<double>(loaded_t_));
   return absl::OkStatus();
 }
 
-double clip_grad_norm(const std::vector<torch::Tensor>& params, double max_norm) {
+GradNorm clip_grad_norm(const std::vector<torch::Tensor>& params, double max_norm) {
   torch::NoGradGuard no_grad;
-  std::vector<torch::Tensor> norms;
-  for (const auto& p : params) {
-    if (p.grad().defined()) norms.push_back(p.grad().to(torch::kFloat32).norm(2));
+  std::vector<torch::Tensor> grads;
+  std::vector<int64_t> index;  // grads[i] belongs to params[index[i]]
+  for (size_t i = 0; i < params.size(); ++i) {
+    if (!params[i].grad().defined()) continue;
+    grads.push_back(params[i].grad());
+    index.push_back(static_cast<int64_t>(i));
   }
-  if (norms.empty()) return 0.0;
-  const double total = torch::stack(norms).norm(2).item<double>();
-  if (max_norm > 0 && std::isfinite(total) && total > max_norm) {
-    const double scale = max_norm / (total + 1e-6);
-    for (const auto& p : params) {
-      if (p.grad().defined()) p.grad().mul_(scale);
-    }
+  if (grads.empty()) return {torch::zeros({}, torch::kFloat32), torch::full({}, -1, torch::kInt64), {}};
+  // One norm per tensor (a multi-tensor kernel on CUDA), then the norm of the norms: the order
+  // of torch.nn.utils.clip_grad_norm_.
+  auto norms = torch::stack(at::_foreach_norm(grads, 2)).to(torch::kFloat32);  // [n]
+  auto total = norms.norm(2);
+  // A tensor's norm is non-finite iff one of its elements is: the first bad index from the
+  // norms already computed, on the device.
+  auto bad = norms.isfinite().logical_not();
+  auto first_bad = torch::where(bad.any(), bad.to(torch::kInt32).argmax(), -1);  // argmax: the first maximum
+  if (max_norm > 0) {
+    // reciprocal * max_norm: the arithmetic of Python's max_norm / (total + 1e-6) (Tensor.__rtruediv__).
+    auto coef = torch::clamp_max((total + 1e-6).reciprocal() * max_norm, 1.0);
+    at::_foreach_mul_(grads, coef);
   }
-  return total;
+  return {total, first_bad, std::move(index)};
 }
 
 }  // namespace lm::train

@@ -20,15 +20,18 @@ class AdamW {
   AdamW(const std::vector<std::pair<std::string, torch::Tensor>>& params, const TrainConfig& cfg);
 
   // One update with learning rate `lr`: at::_fused_adamw_, the kernel of
-  // torch.optim.AdamW(fused=True).
-  void step(double lr);
+  // torch.optim.AdamW(fused=True). `found_inf` (a float32 0/1 scalar on the parameters' device,
+  // or undefined for 0) skips the update on the device: no parameter, moment or step count
+  // changes, and the host never waits to learn whether it did (torch.amp's GradScaler protocol).
+  void step(double lr, const torch::Tensor& found_inf = {});
   void zero_grad();
 
-  int64_t steps_taken() const { return t_; }
+  // Updates applied so far. Reads the device's step count (a host sync on GPUs: not in the loop).
+  int64_t steps_taken() const;
   const std::vector<std::string>& decayed() const { return decayed_; }
   const std::vector<std::string>& not_decayed() const { return not_decayed_; }
 
-  model::NamedTensors state() const;  // "<param>.exp_avg", "<param>.exp_avg_sq", "__step__"
+  model::NamedTensors state() const;  // "<param>.exp_avg", "<param>.exp_avg_sq", "__step__" (a read)
   absl::Status load_state(const model::NamedTensors& state, const std::string& source);
 
  private:
@@ -40,11 +43,23 @@ class AdamW {
   std::vector<Slot> slots_;
   std::vector<std::string> decayed_, not_decayed_;
   double beta1_, beta2_, eps_, weight_decay_;
-  int64_t t_ = 0;
-  std::map<std::string, torch::Tensor> step_tensors_;  // device -> float32 scalar holding t_
+  // The run's step count t as a float32 scalar per device, advanced on the device by 1 - found_inf:
+  // bias correction reads it, and a skipped step must not advance it.
+  std::map<std::string, torch::Tensor> step_tensors_;
+  int64_t loaded_t_ = 0;  // t from load_state: the value a step tensor starts from
+  torch::Tensor& step_tensor(const torch::Device& device);
 };
 
-// Global L2 norm of all gradients; clips in place to max_norm when max_norm > 0.
-double clip_grad_norm(const std::vector<torch::Tensor>& params, double max_norm);
+// The global gradient norm and what the non-finite handler needs, all on the gradients' device.
+struct GradNorm {
+  torch::Tensor total;      // float32 scalar: L2 norm of all gradients before clipping
+  torch::Tensor first_bad;     // int64 scalar: index into `present` of the first non-finite gradient, -1 if none
+  std::vector<int64_t> present;  // indexes into `params` of the gradients that were defined
+};
+
+// Global L2 norm of all gradients (one foreach norm, as torch.nn.utils.clip_grad_norm_), and
+// when max_norm > 0 clips in place by min(1, max_norm / (norm + 1e-6)) computed on the device:
+// no host sync. A non-finite norm leaves the gradients non-finite (the update is skipped then).
+GradNorm clip_grad_norm(const std::vector<torch::Tensor>& params, double max_norm);
 
 }  // namespace lm::train

@@ -7,6 +7,7 @@
 #include <fstream>
 
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "core/file.h"
 #include "core/log.h"
@@ -30,6 +31,7 @@ constexpr const char* kCodeVersion = "lmforge 0.1.0";
 using Clock = std::chrono::steady_clock;
 double since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
 
+// A validation window as a device tensor (validation may wait for the device: it reads losses).
 torch::Tensor to_window_tensor(const std::vector<int32_t>& flat, int64_t rows, int64_t cols,
                                const torch::Device& device) {
   TORCH_CHECK(static_cast<int64_t>(flat.size()) == rows * cols, "batch has ", flat.size(),
@@ -114,6 +116,9 @@ std::string FitSummary::summary() const {
                          step_s > 0 ? 100 * comm_wait_s / step_s : 0.0);
   if (nan_skipped > 0)
     s += absl::StrFormat("\n  skipped %d updates with a non-finite loss or gradient (train.nan_skip_limit)", nan_skipped);
+  if (!fast_path_fallback.empty())
+    s += "\n  WARNING: trained with the reference instead of these fast paths, which failed their start-up check "
+         "on this device: " + absl::StrJoin(fast_path_fallback, ", ");
   if (!checkpoint.empty()) s += "\n  checkpoint: " + checkpoint;
   return s;
 }
@@ -159,6 +164,11 @@ absl::Status Trainer::build_model() {
     return absl::FailedPreconditionError("train.device is cuda but no CUDA device is visible");
   if (tc_.threads > 0) setup_threads(tc_.threads);
   if (device_.is_cuda()) set_tf32(tc_.tf32);
+  if (!model::is_sdpa_backend(tc_.sdpa_backend))
+    return absl::InvalidArgumentError(absl::StrCat("train.sdpa_backend: unknown backend '", tc_.sdpa_backend,
+                                                   "' (use auto, flash, cudnn, efficient or math)"));
+  // On CUDA only: the CPU's SDPA kernel choice is left alone (its flash kernel is the fast one).
+  if (device_.is_cuda()) model::set_sdpa_backend(tc_.sdpa_backend);
   torch::manual_seed(tc_.seed);
   model_ = model::Transformer(req_.model);
   model_->init_weights(tc_.seed);
@@ -198,13 +208,28 @@ absl::Status Trainer::restore_or_start() {
   return absl::OkStatus();
 }
 
-// Start-up verification on the real config: refuse to train a model that cannot learn.
+// Start-up verification on the real config and device: every fast path against its reference
+// (each start, resumes too: the machine may be another), then refuse to train a model that
+// cannot learn.
 absl::Status Trainer::startup_checks() {
-  if (!tc_.verify_at_start || step_ != 0) return absl::OkStatus();
+  if (!tc_.verify_at_start) return absl::OkStatus();
+  verify_fast_paths();
+  if (step_ != 0) return absl::OkStatus();
   auto grad = model::check_gradient_flow(model_, 1, std::min<int64_t>(tc_.seq_len, 64), tc_.seed + 1);
   if (!grad.ok()) return absl::InternalError("start-up verification failed, not training:\n" + grad.summary());
   log_info("%s", grad.summary());
   return absl::OkStatus();
+}
+
+// A fast path that disagrees with its reference on this device is switched to the reference
+// and said loudly: a warning now, the summary, and "fast_path_fallback" in every metrics line.
+void Trainer::verify_fast_paths() {
+  const auto report = model::verify_fast_paths(model_, device_, bf16_ ? torch::kBFloat16 : torch::kFloat32, tc_.seed + 2);
+  for (const auto& line : absl::StrSplit(report.summary(), '\n')) {
+    if (report.ok()) log_info("%s", std::string(line));
+    else log_warn("%s", std::string(line));
+  }
+  sum_.fast_path_fallback = report.fell_back;
 }
 
 // Gradient averaging: hooks are registered after the start-up check so its backward stays local.
@@ -259,13 +284,15 @@ absl::StatusOr<FitSummary> Trainer::train() {
   t_start_ = t_log_ = last_checkpoint_ = Clock::now();
   tokens_at_log_ = tokens_;
   while (step_ < tc_.steps) {
-    StepResult r = train_step();
-    LM_RETURN_IF_ERROR(handle_non_finite(r));  // skip the update, or stop past train.nan_skip_limit
-    advance(r);                                // step and token counters, timings, loss history
-    if (log_due(r)) {
-      Json line = measure(r);  // throughput, MFU, the throughput sentinel
-      validate(line);          // validation loss on eval_interval steps
-      LM_RETURN_IF_ERROR(write_metrics(line, r));
+    unread_.push_back(train_step());  // its loss, norm and skip flag stay on the device
+    advance(unread_.back());          // step and token counters, timings
+    // The only host read of step results: losses, and each non-finite step through
+    // handle_non_finite (skip, or stop past train.nan_skip_limit).
+    if (read_due()) LM_RETURN_IF_ERROR(read_steps(/*logging_current=*/true));
+    if (log_due()) {
+      Json line = measure(last_);  // throughput, MFU, the throughput sentinel
+      validate(line);              // validation loss on eval_interval steps
+      LM_RETURN_IF_ERROR(write_metrics(line, last_));
     }
     LM_RETURN_IF_ERROR(checkpoint_if_due());
     if (const Stop why = stop_policy(); why != Stop::kNo) {  // train.stop_at_step, SIGINT/SIGTERM
@@ -282,68 +309,131 @@ absl::StatusOr<FitSummary> Trainer::train() {
 
 StepResult Trainer::train_step() {
   StepResult r;
+  r.step = step_ + 1;
   r.lr = lr_at(tc_, step_);
   const FaultInjector::Site fault = faults_.at(step_);
   const auto t_step = Clock::now();
   optim_->zero_grad();
-  r.loss = accumulate_gradients(fault);
-  if (grad_sync_) r.comm_wait_s = sync_gradients(&r.loss);
+  torch::Tensor loss = accumulate_gradients(fault);  // float64 scalar on the device
+  if (grad_sync_) r.comm_wait_s = sync_gradients(loss);
   if (fault == FaultInjector::Site::kGradient) FaultInjector::poison_gradient(params_);
-  r.grad_norm = clip_grad_norm(plist_, tc_.grad_clip);
-  // A non-finite loss or gradient is never applied; handle_non_finite skips the step or stops.
-  r.applied = std::isfinite(r.loss) && std::isfinite(r.grad_norm);
-  if (r.applied) optim_->step(r.lr);
+  GradNorm norm = clip_grad_norm(plist_, tc_.grad_clip);
+  // A non-finite loss or gradient is never applied: found_inf skips the update on the device
+  // (parameters, moments and the step count stay as they were), so the host need not wait to
+  // know; read_steps learns it later and handle_non_finite counts the skip or stops.
+  auto found_inf = loss.isfinite().logical_and(norm.total.isfinite()).logical_not().to(torch::kFloat32);
+  optim_->step(r.lr, found_inf);
+  r.record = torch::stack({loss, norm.total.to(torch::kFloat64), norm.first_bad.to(torch::kFloat64)});
+  r.present = std::move(norm.present);
   r.seconds = since(t_step);
   return r;
 }
 
-// Forward and backward of grad_accum micro-batches; returns their mean loss.
-double Trainer::accumulate_gradients(FaultInjector::Site fault) {
+// The next micro-batch of token windows [micro_batch, seq_len+1] on the device, taken from the
+// one fetched ahead. On CUDA the windows are staged in pinned memory and copied non_blocking
+// while the GPU still works on the previous micro-batch; the caching host allocator keeps a
+// staging buffer until its copy is done, so the host never waits.
+// `more`: another window will be trained on (not after the last micro-batch of the last step, so
+// a run reads no data beyond what it trains on).
+torch::Tensor Trainer::take_window(bool more) {
+  if (!ahead_.defined()) ahead_ = fetch_window();
+  torch::Tensor w = std::move(ahead_);
+  ahead_ = more ? fetch_window() : torch::Tensor();
+  return w;
+}
+
+torch::Tensor Trainer::fetch_window() {
+  ahead_cursor_ = source_.cursor();  // a checkpoint resumes at the first window not trained on
+  source_.next(&flat_);
+  const int64_t rows = tc_.micro_batch, cols = tc_.seq_len + 1;
+  TORCH_CHECK(static_cast<int64_t>(flat_.size()) == rows * cols, "batch has ", flat_.size(), " tokens, expected ",
+              rows, "x", cols);
+  auto t = torch::from_blob(flat_.data(), {rows, cols}, torch::kInt32);
+  if (device_.is_cpu()) return t.to(torch::kInt64);
+  auto pinned = torch::empty({rows, cols}, torch::TensorOptions().dtype(torch::kInt64).pinned_memory(true));
+  pinned.copy_(t);
+  return pinned.to(device_, /*non_blocking=*/true);
+}
+
+// Where the data stream stands for a checkpoint: before the window fetched ahead.
+Json Trainer::data_cursor() const { return ahead_.defined() ? ahead_cursor_ : source_.cursor(); }
+
+// Forward and backward of grad_accum micro-batches; returns their mean loss as a float64 scalar
+// on the device (summed there, never read here: the host would wait for the GPU).
+torch::Tensor Trainer::accumulate_gradients(FaultInjector::Site fault) {
   AutocastGuard ac(device_, bf16_);
-  double step_loss = 0;
+  torch::Tensor step_loss = torch::zeros({}, torch::TensorOptions().dtype(torch::kFloat64).device(device_));
   for (int64_t micro = 0; micro < tc_.grad_accum; ++micro) {
-    source_.next(&flat_);
-    auto window = to_window_tensor(flat_, tc_.micro_batch, tc_.seq_len + 1, device_);
+    auto window = take_window(/*more=*/micro + 1 < tc_.grad_accum || step_ + 1 < tc_.steps);
     auto loss = model_->loss(window) / static_cast<double>(tc_.grad_accum);
     if (fault == FaultInjector::Site::kLoss) loss = FaultInjector::poison_loss(loss);
     // Only the last micro-batch's backward all-reduces (the others accumulate locally).
     if (grad_sync_) grad_sync_->before_backward(micro == tc_.grad_accum - 1);
     loss.backward();
-    step_loss += loss.item<double>();
+    step_loss.add_(loss.detach().to(torch::kFloat64));  // the sum of the fp32 losses in double, as before
   }
   return step_loss;
 }
 
-// Waits for the gradient all-reduce and averages *loss over ranks; returns the seconds blocked:
-// all of the all-reduce on the post-backward path, only what backward did not hide when
-// overlapped. On CUDA, NCCL's wait() only orders streams, so synchronize to see the exposed time
-// on the host clock.
-double Trainer::sync_gradients(double* loss) {
+// Waits for the gradient all-reduce and averages `loss` over ranks (on the device); returns
+// the seconds the host blocked. On CPU (gloo) that is the exposed all-reduce time; on CUDA
+// NCCL's wait() only orders streams and the host does not synchronize, so it is ~0 there and
+// the line leaves the share out (the exposed time comes from a profile, docs/performance.md).
+double Trainer::sync_gradients(torch::Tensor& loss) {
   const auto t_wait = Clock::now();
   grad_sync_->finish();
-  if (device_.is_cuda()) torch::cuda::synchronize();
+  auto buf = loss.reshape({1}).clone();
+  req_.comm->start_sum(buf)();
+  loss = buf.squeeze(0) / static_cast<double>(req_.comm->world());
   const double wait = since(t_wait);
   sum_.buckets_in_backward += grad_sync_->stats().launched_in_backward;
   sum_.buckets_synced += grad_sync_->stats().buckets;
-  *loss = req_.comm->sum(*loss) / req_.comm->world();
   return wait;
 }
 
 // ---- The parts after the step ------------------------------------------------------------------
 
-// A step that was not applied: skip it (up to train.nan_skip_limit in the whole run) or stop with
-// the last good checkpoint named.
-absl::Status Trainer::handle_non_finite(StepResult& r) {
-  if (r.applied) return absl::OkStatus();
-  std::string culprit = "none (the loss itself)";
-  for (auto& [n, p] : params_) {
-    if (p.grad().defined() && !torch::isfinite(p.grad()).all().item<bool>()) {
-      culprit = n;
-      break;
+// Reads the results of the steps since the last read from the device in one copy (the loop's
+// only host sync: on log, checkpoint, stop and last steps). Then, in step order, every step that
+// was not applied goes through handle_non_finite and gets its metrics line (the current step's
+// comes from the log line when `logging_current`), and the loss history follows.
+absl::Status Trainer::read_steps(bool logging_current) {
+  if (unread_.empty()) return absl::OkStatus();
+  std::vector<torch::Tensor> records;
+  for (const auto& r : unread_) records.push_back(r.record);
+  const torch::Tensor host = torch::stack(records).cpu();  // [n, 3] float64: loss, grad norm, first bad
+  ++sum_.host_reads;
+  const auto a = host.accessor<double, 2>();
+  for (size_t i = 0; i < unread_.size(); ++i) {
+    StepResult& r = unread_[i];
+    r.loss = a[i][0];
+    r.grad_norm = a[i][1];
+    r.applied = std::isfinite(r.loss) && std::isfinite(r.grad_norm);
+    r.read = true;
+    if (!r.applied) {
+      const auto bad = static_cast<int64_t>(a[i][2]);
+      LM_RETURN_IF_ERROR(handle_non_finite(r, bad >= 0 ? params_[r.present[bad]].first : "none (the loss itself)"));
+      if (r.step != step_ || !logging_current) LM_RETURN_IF_ERROR(append_line(step_line(r)));
     }
+    if (r.applied) last_loss_ = r.loss;
+    sum_.losses.push_back(r.loss);
   }
+  last_ = std::move(unread_.back());
+  unread_.clear();
+  return absl::OkStatus();
+}
+
+bool Trainer::read_due() const {
+  return step_ % tc_.log_interval == 0 || step_ == tc_.steps || step_ == tc_.stop_at_step ||
+         (tc_.checkpoint_interval > 0 && step_ % tc_.checkpoint_interval == 0);
+}
+
+// A step that was not applied (its update was skipped on the device): count the skip (up to
+// train.nan_skip_limit in the whole run) or stop with the last good checkpoint named. The
+// steps between it and the read ran but are never checkpointed: every checkpoint reads first.
+absl::Status Trainer::handle_non_finite(StepResult& r, const std::string& culprit) {
   const std::string what = absl::StrFormat("step %d: non-finite %s (loss %g, grad norm %g), first bad parameter: %s",
-                                           step_ + 1, std::isfinite(r.loss) ? "gradient" : "loss", r.loss,
+                                           r.step, std::isfinite(r.loss) ? "gradient" : "loss", r.loss,
                                            r.grad_norm, culprit);
   if (nan_skipped_ >= tc_.nan_skip_limit) {
     std::string last = "none yet";
@@ -372,29 +462,38 @@ void Trainer::advance(const StepResult& r) {
   sum_.comm_wait_s += r.comm_wait_s;
   ++step_;
   tokens_ += step_tokens_;
-  if (r.applied) last_loss_ = r.loss;
-  sum_.losses.push_back(r.loss);
 }
 
-bool Trainer::log_due(const StepResult& r) const {
-  return step_ % tc_.log_interval == 0 || step_ == tc_.steps || !r.applied;
+bool Trainer::log_due() const {
+  if (!last_.read || last_.step != step_) return false;
+  return step_ % tc_.log_interval == 0 || step_ == tc_.steps || !last_.applied;
 }
 
-// The metrics line of this step: throughput and MFU over the interval since the last line.
-Json Trainer::measure(const StepResult& r) {
+// The fields every metrics line has: the step's own numbers and the throughput of the interval
+// so far (a skipped step's line, written when its step is read, shares its interval's rate).
+Json Trainer::step_line(const StepResult& r) const {
   const double dt = since(t_log_);
   const double rate = dt > 0 ? static_cast<double>(tokens_ - tokens_at_log_) / dt : 0;
-  t_log_ = Clock::now();
-  tokens_at_log_ = tokens_;
-  check_throughput(rate);
   const double mfu = peak_.flops > 0 ? rate * flops_per_token_ / (peak_.flops * req_.world_size) : 0;
-  Json m = {{"step", step_}, {"tokens", tokens_}, {"loss", r.loss}, {"lr", r.lr},
+  const int64_t tokens = tokens_ - (step_ - r.step) * step_tokens_;
+  Json m = {{"step", r.step}, {"tokens", tokens}, {"loss", r.loss}, {"lr", r.lr},
             {"grad_norm", r.grad_norm}, {"tokens_per_s", rate}, {"mfu", mfu},
             {"elapsed_s", since(t_start_)}};
   if (nan_skipped_ > 0) m["nan_skipped"] = nan_skipped_;  // in the whole run so far
   if (!r.skipped.empty()) m["skipped"] = r.skipped;       // not applied: first non-finite parameter
-  if (grad_sync_) {
-    // Per-step means over this log interval, rank 0's clock (ranks wait for the slowest).
+  if (!sum_.fast_path_fallback.empty()) m["fast_path_fallback"] = sum_.fast_path_fallback;
+  return m;
+}
+
+// The metrics line of this step: throughput and MFU over the interval since the last line.
+Json Trainer::measure(const StepResult& r) {
+  Json m = step_line(r);
+  t_log_ = Clock::now();
+  tokens_at_log_ = tokens_;
+  check_throughput(m["tokens_per_s"].get<double>());
+  if (grad_sync_ && device_.is_cpu()) {
+    // Per-step means over this log interval, rank 0's clock (ranks wait for the slowest). Not on
+    // CUDA: the host does not wait for NCCL there (sync_gradients).
     m["step_time_s"] = interval_step_s_ / interval_steps_;
     m["comm_wait_s"] = interval_comm_s_ / interval_steps_;
     m["comm_wait_share"] = interval_step_s_ > 0 ? interval_comm_s_ / interval_step_s_ : 0;
@@ -442,11 +541,8 @@ void Trainer::validate(Json& line) {
 
 // Appends the line to metrics.jsonl (rank 0) and updates the progress line.
 absl::Status Trainer::write_metrics(const Json& m, const StepResult& r) {
+  LM_RETURN_IF_ERROR(append_line(m));
   if (!main_rank_) return absl::OkStatus();
-  metrics_ << m.dump() << "\n";
-  metrics_.flush();
-  if (!metrics_) return stream_error(metrics_path_);
-  write_tensorboard(m);
   const double mfu = m["mfu"].get<double>();
   std::string extra = absl::StrFormat("loss %.4f lr %.2e gnorm %.2f %.0f tok/s MFU %s", r.loss, r.lr, r.grad_norm,
                                       m["tokens_per_s"].get<double>(),
@@ -456,6 +552,16 @@ absl::Status Trainer::write_metrics(const Json& m, const StepResult& r) {
   if (m.contains("val_loss"))
     for (const auto& [lang, x] : m["val_loss"].items()) extra += absl::StrFormat(" val_%s %.4f", lang, x.get<double>());
   progress_->update(static_cast<double>(step_), extra);
+  return absl::OkStatus();
+}
+
+// Appends one line to metrics.jsonl (rank 0).
+absl::Status Trainer::append_line(const Json& m) {
+  if (!main_rank_) return absl::OkStatus();
+  metrics_ << m.dump() << "\n";
+  metrics_.flush();
+  if (!metrics_) return stream_error(metrics_path_);
+  write_tensorboard(m);  // skipped-step lines too
   return absl::OkStatus();
 }
 
@@ -484,6 +590,7 @@ absl::Status Trainer::checkpoint_if_due() {
 // wait: the write is finished (and its error known) on return: the last step and a stop.
 absl::Status Trainer::checkpoint(bool wait) {
   last_checkpoint_ = Clock::now();  // on every rank: the minutes count from here
+  LM_RETURN_IF_ERROR(read_steps(/*logging_current=*/false));  // no checkpoint past an unread skip
   if (!main_rank_) return absl::OkStatus();
   metrics_.flush();
   if (!writer_) writer_ = std::make_unique<CheckpointWriter>(req_.run_dir, tc_.keep_last);
@@ -501,7 +608,7 @@ Json Trainer::trainer_state() const {
   Json s;
   s["step"] = step_;
   s["tokens"] = tokens_;
-  s["data_cursor"] = source_.cursor();
+  s["data_cursor"] = data_cursor();
   s["rng_cpu"] = cpu_rng_state();
   s["config"] = run_config_json(req_);
   s["tokenizer_hash"] = req_.tokenizer_hash;

@@ -65,6 +65,8 @@ struct FitSummary {
   std::string checkpoint;
   int stop_signal = 0;  // set when SIGINT/SIGTERM ended the run after a checkpoint
   std::vector<double> losses;  // every step's training loss in this invocation
+  std::vector<std::string> fast_path_fallback;  // fast paths that failed the start-up check (model/verify.h)
+  int64_t host_reads = 0;      // times the loop read step results from the device (log, checkpoint, stop)
   int64_t nan_skipped = 0;     // updates skipped for a non-finite loss/gradient, whole run (train.nan_skip_limit)
   double step_s = 0;       // summed step time (zero_grad .. optimizer step) in this invocation
   double comm_wait_s = 0;  // of which blocked on the gradient all-reduce after backward (data parallel)
@@ -79,11 +81,17 @@ struct FitSummary {
 absl::StatusOr<FitSummary> fit(const FitRequest& req, BatchSource& source, const ValSets& val);
 
 // What one optimizer step did.
+// The numbers are read from the device only when the loop reads its steps (read_steps: log,
+// checkpoint and stop steps); until then `record` holds them and `read` is false.
 struct StepResult {
+  int64_t step = 0;      // 1-based optimizer step
   double loss = 0;       // mean training loss over the step's micro-batches (and ranks), nats/token
   double grad_norm = 0;  // global L2 norm of the gradient before clipping
   double lr = 0;
   bool applied = false;  // false: the loss or gradient was non-finite and the update was not applied
+  bool read = false;     // loss, grad_norm, applied are set
+  torch::Tensor record;  // on the device, float64 [3]: loss, grad norm, first non-finite gradient (-1 none)
+  std::vector<int64_t> present;  // record's gradient index -> parameter index
   double seconds = 0;    // zero_grad .. optimizer step
   double comm_wait_s = 0;  // of which blocked on the gradient all-reduce after backward
   std::string skipped;     // not applied: the first non-finite parameter (set by the NaN handler)
@@ -116,17 +124,25 @@ class Trainer {
   absl::Status build_model();
   absl::Status restore_or_start();
   absl::Status startup_checks();
+  void verify_fast_paths();
   void start_grad_sync();
   void announce();
   absl::Status open_metrics();
   // The step's pieces.
-  double accumulate_gradients(FaultInjector::Site fault);
-  double sync_gradients(double* loss);
+  torch::Tensor accumulate_gradients(FaultInjector::Site fault);
+  double sync_gradients(torch::Tensor& loss);
+  torch::Tensor take_window(bool more);
+  torch::Tensor fetch_window();
+  Json data_cursor() const;
   // The loop's parts.
-  absl::Status handle_non_finite(StepResult& r);
+  absl::Status read_steps(bool logging_current);
+  bool read_due() const;
+  absl::Status handle_non_finite(StepResult& r, const std::string& culprit);
   void advance(const StepResult& r);
-  bool log_due(const StepResult& r) const;
+  bool log_due() const;
+  Json step_line(const StepResult& r) const;
   Json measure(const StepResult& r);
+  absl::Status append_line(const Json& line);
   void check_throughput(double rate);
   void validate(Json& line);
   absl::Status write_metrics(const Json& line, const StepResult& r);
@@ -158,6 +174,10 @@ class Trainer {
   std::ofstream metrics_;
   std::unique_ptr<TensorBoardWriter> tensorboard_;  // rank 0; dropped (one warning) if a write fails
   std::vector<int32_t> flat_;  // one micro-batch of token ids, reused
+  torch::Tensor ahead_;        // the next micro-batch's windows, on the device (take_window)
+  Json ahead_cursor_;          // the data cursor before ahead_ was fetched
+  std::vector<StepResult> unread_;  // steps whose results are still only on the device
+  StepResult last_;                 // the last step read
 
   // Progress: the counters a checkpoint stores, and this invocation's summary.
   int64_t step_ = 0, tokens_ = 0;

@@ -7,6 +7,7 @@
 
 #include "model/config.h"
 #include "model/transformer.h"
+#include "model/verify.h"
 
 namespace lm::model {
 namespace {
@@ -115,6 +116,67 @@ TEST(FastPaths, FusedAttentionMatchesReferenceUnderBf16Autocast) {
   EXPECT_LT((a - b).abs().max().item<float>(), 2e-2);
   // And it is causal: the first query sees only the first key, so its output is v[..., 0, :].
   EXPECT_LT((a.select(2, 0) - v.select(2, 0).to(torch::kFloat32)).abs().max().item<float>(), 1e-6);
+}
+
+}  // namespace
+}  // namespace lm::model
+
+namespace lm::model {
+namespace {
+
+// Resets the planted break even when an assertion fails.
+struct BreakGuard {
+  explicit BreakGuard(const std::string& name) { set_debug_break_fast_path(name); }
+  ~BreakGuard() { set_debug_break_fast_path(""); }
+};
+
+std::vector<std::string> names(const FastPathReport& r) {
+  std::vector<std::string> v;
+  for (const auto& c : r.checks) v.push_back(c.name);
+  return v;
+}
+
+TEST(FastPathRegistry, EveryPathTheModelUsesPassesOnTheCpu) {
+  Transformer m(*preset("tiny"));
+  auto r = verify_fast_paths(m, torch::kCPU, torch::kFloat32, 1);
+  EXPECT_TRUE(r.ok()) << r.summary();
+  // RMSNorm's ATen kernel is taken on CUDA only; the CPU keeps the reference.
+  EXPECT_EQ(names(r), (std::vector<std::string>{"attention.sdpa", "loss.chunked"}));
+  for (const auto& c : r.checks) EXPECT_LT(c.out_err, 1e-5) << c.summary();
+  // bf16 (a CPU bf16 run checks in bf16): within the bf16 tolerance, no false fallback.
+  auto b = verify_fast_paths(m, torch::kCPU, torch::kBFloat16, 1);
+  EXPECT_TRUE(b.ok()) << b.summary();
+  // The CUDA-only path still equals its twin when asked directly on the CPU.
+  auto rms = fast_paths()[1].check(m, torch::kCPU, torch::kFloat32, 2);
+  EXPECT_EQ(rms.name, "rms_norm.aten");
+  EXPECT_TRUE(rms.ok()) << rms.summary();
+}
+
+TEST(FastPathRegistry, APlantedBrokenPathIsCaughtNamedAndSwitchedToItsReference) {
+  auto cfg = *preset("tiny");
+  torch::manual_seed(4);
+  auto window = torch::randint(0, cfg.vocab_size, {2, 17}, torch::kInt64);
+  for (const std::string path : {"attention.sdpa", "loss.chunked", "rms_norm.aten"}) {
+    BreakGuard broken(path);
+    Transformer m(cfg), ref(cfg);
+    if (path == "rms_norm.aten") {  // used on CUDA only: check the path itself
+      auto c = fast_paths()[1].check(m, torch::kCPU, torch::kFloat32, 3);
+      EXPECT_FALSE(c.ok()) << c.summary();
+      continue;
+    }
+    const float broken_loss = m->loss(window).item<float>();
+    auto r = verify_fast_paths(m, torch::kCPU, torch::kFloat32, 1);
+    EXPECT_EQ(r.fell_back, std::vector<std::string>{path}) << r.summary();
+    EXPECT_NE(r.summary().find("MISMATCH"), std::string::npos) << r.summary();
+    EXPECT_NE(r.summary().find("training with their reference instead"), std::string::npos);
+    // The model now computes with the reference: the loss of the plain model, not the broken one.
+    ref->set_fused_attention(false);
+    ref->set_chunked_loss(false);
+    const float fixed = m->loss(window).item<float>(), want = ref->loss(window).item<float>();
+    EXPECT_NEAR(fixed, want, 1e-5 * want) << path;
+    // At init the break moves the loss by ~2.6e-5 relative (attention) to 5% (loss), above the 1e-5 of the fixed model.
+    EXPECT_GT(std::abs(broken_loss - want), 2e-5 * want) << path << ": the break must show";
+  }
 }
 
 }  // namespace

@@ -3,8 +3,13 @@
 // They compare every CUDA fast path with its reference: SDPA's GPU backends against the
 // reference attention, the fused AdamW kernel on the GPU against the same kernel on the CPU,
 // the start-up arbiter and causality check on a CUDA model under bf16 autocast.
+#include <c10/cuda/CUDAFunctions.h>
 #include <gtest/gtest.h>
 #include <torch/torch.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <filesystem>
 
 #include "runtime/runtime.h"
 #include "model/config.h"
@@ -12,6 +17,8 @@
 #include "model/verify.h"
 #include "train/device.h"
 #include "train/optim.h"
+#include "train/trainer.h"
+#include "tests/train/synthetic_source.h"
 
 namespace lm::train {
 namespace {
@@ -71,6 +78,102 @@ TEST_F(Gpu, PinnedAsyncCopyArrivesIntact) {
   ASSERT_TRUE(host.is_pinned());
   auto dev = host.to(cuda, /*non_blocking=*/true);
   EXPECT_TRUE(torch::equal(dev.cpu(), host));
+}
+
+TEST_F(Gpu, EveryFastPathMatchesItsReferenceOnCuda) {
+  // The start-up registry (model/verify.h) on this GPU, fp32 and bf16: attention.sdpa,
+  // rms_norm.aten (CUDA only) and loss.chunked, forward and backward. Then the gradient-flow
+  // arbiter with all of them on.
+  auto cfg = *model::preset("tiny");
+  for (auto dt : {torch::kFloat32, torch::kBFloat16}) {
+    model::Transformer m(cfg);
+    m->to(cuda);
+    auto r = model::verify_fast_paths(m, cuda, dt, 21);
+    EXPECT_TRUE(r.ok()) << r.summary();
+    EXPECT_EQ(r.checks.size(), 3u) << r.summary();
+    AutocastGuard autocast(cuda, dt == torch::kBFloat16);
+    auto grad = model::check_gradient_flow(m, 2, 64, 4);
+    EXPECT_TRUE(grad.ok()) << grad.summary();
+  }
+}
+
+TEST_F(Gpu, EachSdpaBackendMatchesTheReference) {
+  // train.sdpa_backend restricts SDPA to one kernel; each that runs here must equal the reference
+  // (a backend this GPU or shape does not support throws "no available kernel": reported, not failed).
+  for (const char* b : {"flash", "cudnn", "efficient"}) {
+    ASSERT_TRUE(model::set_sdpa_backend(b));
+    try {
+      auto r = model::check_attention_equivalence(2, 8, 256, 64, torch::kBFloat16, cuda, 31, /*kv_heads=*/2);
+      EXPECT_TRUE(r.ok()) << b << ": " << r.summary();
+    } catch (const std::exception& e) {
+      std::printf("sdpa backend %s not available here: %.200s\n", b, e.what());
+    }
+  }
+  model::set_sdpa_backend("auto");
+}
+
+// Restores the sync-debug mode even when a check throws.
+struct SyncDebugGuard {
+  explicit SyncDebugGuard(c10::cuda::SyncDebugMode m) { c10::cuda::warning_state().set_sync_debug_mode(m); }
+  ~SyncDebugGuard() { c10::cuda::warning_state().set_sync_debug_mode(c10::cuda::SyncDebugMode::L_DISABLED); }
+};
+
+TEST_F(Gpu, TrainStepHasNoHostSync) {
+  // CUDA's sync-debug mode set to error makes any synchronizing call (.item(), a blocking copy,
+  // cudaDeviceSynchronize, a stream sync) throw inside the step: a sync that creeps back fails here.
+  // bf16 autocast, grad_accum 2, clipping on (the on-device skip: ClipAndSkipStayOnTheDevice).
+  FitRequest r;
+  r.run_dir = (std::filesystem::temp_directory_path() / ("lm_gpu_step_" + std::to_string(getpid()))).string();
+  std::filesystem::remove_all(r.run_dir);
+  r.model = *model::preset("tiny");
+  r.train.device = "cuda";
+  r.train.dtype = "bf16";
+  r.train.steps = 100;
+  r.train.micro_batch = 4;
+  r.train.seq_len = 64;
+  r.train.grad_accum = 2;
+  r.train.log_interval = 1000;
+  r.train.checkpoint_interval = 0;
+  r.tokenizer_hash = "tok-test";
+  testing::SyntheticSource src(r.train.micro_batch, r.train.seq_len + 1, r.model.vocab_size);
+  const ValSets no_validation;
+  auto t = Trainer::create(r, src, no_validation);
+  ASSERT_TRUE(t.ok()) << t.status();
+  std::vector<StepResult> steps;
+  for (int i = 0; i < 2; ++i) steps.push_back((*t)->train_step());  // warm-up: allocator, cuBLAS handles
+  torch::cuda::synchronize();
+  {
+    SyncDebugGuard guard(c10::cuda::SyncDebugMode::L_ERROR);
+    for (int i = 0; i < 6; ++i) {
+      try {
+        steps.push_back((*t)->train_step());
+      } catch (const std::exception& e) {
+        FAIL() << "step " << steps.size() + 1 << " synchronized with the host: " << e.what();
+      }
+    }
+  }
+  // Read afterwards (a sync is fine now): every step's loss and norm arrived, finite.
+  for (size_t i = 0; i < steps.size(); ++i) {
+    auto rec = steps[i].record.cpu();
+    EXPECT_TRUE(std::isfinite(rec[0].item<double>()) && std::isfinite(rec[1].item<double>())) << "step " << i + 1;
+  }
+  std::filesystem::remove_all(r.run_dir);
+}
+
+TEST_F(Gpu, ClipAndSkipStayOnTheDevice) {
+  // clip_grad_norm and AdamW::step with found_inf under the sync-debug error mode.
+  auto w = torch::randn({256, 128}, torch::TensorOptions().device(cuda)).requires_grad_(true);
+  w.mutable_grad() = torch::randn_like(w);
+  AdamW opt({{"w", w}}, TrainConfig{});
+  auto before = w.detach().clone();
+  {
+    SyncDebugGuard guard(c10::cuda::SyncDebugMode::L_ERROR);
+    GradNorm n = clip_grad_norm({w}, 1.0);
+    opt.step(1e-2, n.total.isfinite().logical_not().to(torch::kFloat32));
+    opt.step(1e-2, torch::ones({}, torch::TensorOptions().dtype(torch::kFloat32).device(cuda)));
+  }
+  EXPECT_EQ(opt.steps_taken(), 1);
+  EXPECT_FALSE(torch::equal(w.detach(), before));
 }
 
 }  // namespace
