@@ -50,11 +50,18 @@ std::string eval_tables(const std::string& run_dir) {
     if (!fs::exists(p)) return absl::NotFoundError(p.string());
     return read_json_file(p.string());
   };
+  // Which of the run's evaluations eval/<job>.json is (eval/run's choice: the largest, latest).
+  auto which = [](const Json& j) -> std::string {
+    if (!at(j, {"evaluation", "file"})) return "";
+    return absl::StrFormat(" = `eval/%s`, %s %s scored, the largest evaluation of the run",
+                           j["evaluation"]["file"].get<std::string>(), j["evaluation"].value("scored", Json(0)).dump(),
+                           j["evaluation"].value("unit", std::string()));
+  };
   if (auto j = load("nll.json"); j.ok() && at(*j, {"languages"}) && (*j)["languages"].is_object()) {
-    out += absl::StrFormat("\nHeld-out NLL at step %s (`eval/nll.json`; twin = the same architecture at its random "
+    out += absl::StrFormat("\nHeld-out NLL at step %s (`eval/nll.json`%s; twin = the same architecture at its random "
                            "initialization):\n\n| language | tokens | nats/token | twin nats/token | twin − model | "
                            "bits/byte | twin bits/byte |\n|---|---|---|---|---|---|---|\n",
-                           at(*j, {"step"}) ? (*j)["step"].dump() : "?");
+                           at(*j, {"step"}) ? (*j)["step"].dump() : "?", which(*j));
     for (auto& [lang, v] : (*j)["languages"].items())
       out += absl::StrFormat("| %s | %s | %s | %s | %s | %s | %s |\n", lang, num_at(v, {"model", "tokens"}, "%.0f"),
                              num_at(v, {"model", "nats_per_token"}), num_at(v, {"twin", "nats_per_token"}),
@@ -62,10 +69,10 @@ std::string eval_tables(const std::string& run_dir) {
                              num_at(v, {"twin", "bits_per_byte"}));
   }
   if (auto j = load("mc.json"); j.ok() && at(*j, {"tasks"}) && (*j)["tasks"].is_object()) {
-    out += absl::StrFormat("\nZero-shot multiple choice at step %s (`eval/mc.json`; acc ± stderr, p: exact McNemar "
+    out += absl::StrFormat("\nZero-shot multiple choice at step %s (`eval/mc.json`%s; acc ± stderr, p: exact McNemar "
                            "model vs twin):\n\n| task | n | chance | acc | ± | twin acc | acc_norm | twin acc_norm | p |"
                            "\n|---|---|---|---|---|---|---|---|---|\n",
-                           at(*j, {"step"}) ? (*j)["step"].dump() : "?");
+                           at(*j, {"step"}) ? (*j)["step"].dump() : "?", which(*j));
     for (auto& [task, v] : (*j)["tasks"].items())
       out += absl::StrFormat("| %s | %s | %s | %s | %s | %s | %s | %s | %s |\n", task, num_at(v, {"n"}, "%.0f"),
                              num_at(v, {"chance"}), num_at(v, {"acc"}), num_at(v, {"acc_stderr"}),

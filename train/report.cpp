@@ -187,6 +187,10 @@ absl::StatusOr<ReportResult> write_report(const std::string& run_dir, const std:
     }
     r.sections.push_back(e.id);
     h += absl::StrFormat("<h2 id=\"%s\">%s</h2>\n", e.id, e.title) + scalars_line(*j);
+    if (j->contains("evaluation") && (*j)["evaluation"].contains("file"))  // which of the run's evaluations
+      h += absl::StrFormat("<p class=\"meta\">eval/%s: %s</p>\n",
+                           html_escape((*j)["evaluation"]["file"].get<std::string>()),
+                           html_escape((*j)["evaluation"].value("chosen", std::string())));
     const Json& part = table_part(*j, e.keys);
     // Flatten {task: {model: {...}, twin: {...}, chance}} into columns model.acc, twin.acc, ...
     Json flat = Json::object();
