@@ -19,17 +19,8 @@
 
 namespace lm::data {
 namespace {
-namespace fs = std::filesystem;
 
-// `path` relative to the folder `base` ("tok/" and "shards/" -> "../tok"); absolute if none exists.
-std::string relative_to(const std::string& path, const std::string& base) {
-  auto clean = [](const std::string& p) {
-    fs::path a = fs::absolute(p).lexically_normal();
-    return a.filename().empty() ? a.parent_path() : a;  // "shards/" -> "shards"
-  };
-  const fs::path rel = clean(path).lexically_relative(clean(base));
-  return rel.empty() ? clean(path).string() : rel.string();
-}
+namespace fs = std::filesystem;
 
 // Uncompressed text size for the progress total: a .gz file's last 4 bytes (ISIZE, RFC 1952)
 // hold its uncompressed size mod 2^32; other files count as their size.
@@ -102,6 +93,16 @@ struct Output {
   int next_index = 0;
   uint64_t docs = 0, tokens = 0;
 };
+
+// `path` relative to the folder `base` ("tok/" and "shards/" -> "../tok"); absolute if none exists.
+std::string relative_to(const std::string& path, const std::string& base) {
+  auto clean = [](const std::string& p) {
+    fs::path a = fs::absolute(p).lexically_normal();
+    return a.filename().empty() ? a.parent_path() : a;  // "shards/" -> "shards"
+  };
+  const fs::path rel = clean(path).lexically_relative(clean(base));
+  return rel.empty() ? clean(path).string() : rel.string();
+}
 
 }  // namespace
 
