@@ -2,9 +2,11 @@
 #include <filesystem>
 #include <optional>
 
+#include "absl/strings/str_join.h"
 #include "app/commands.h"
 #include "app/fit_flags.h"
 #include "core/config.h"
+#include "core/file.h"
 #include "core/log.h"
 #include "core/run_folder.h"
 #include "runtime/runtime.h"
@@ -13,6 +15,7 @@
 #include "train/data_source.h"
 #include "train/device.h"
 #include "train/distributed.h"
+#include "train/resume.h"
 #include "train/trainer.h"
 
 namespace lm::app {
@@ -20,14 +23,16 @@ namespace fs = std::filesystem;
 namespace {
 
 struct FitOptions {
-  std::string data, preset = "small", out, config, tokenizer;
+  std::string data, out, config, tokenizer;
+  std::optional<std::string> preset;  // unset: "small" for a new run, the run's own on --resume
   std::string init_from;      // exported HF folder whose weights start the run
   bool resume = false, force = false;
+  bool allow_new_data = false;  // --resume on other shards: continued pretraining
   int nproc = 0;              // >1: start that many local ranks (no launcher needed)
   int dist_timeout_s = 300;   // collective timeout: a dead rank fails the others loudly
   bool ddp_post_backward = false;        // all-reduce after backward instead of overlapped
   std::optional<double> ddp_bucket_mb;   // gradient bucket cap
-  train::TrainOverrides flags;  // unset = keep the preset's or the config file's value
+  train::TrainOverrides flags;  // unset = keep the preset's, the config file's or the run's value
 };
 
 // The --config file: {"model": {...}, "train": {...}}, both optional, strict.
@@ -52,31 +57,159 @@ absl::Status copy_tokenizer(const std::string& from, const std::string& run_dir)
   return absl::OkStatus();
 }
 
-}  // namespace
+// ---- Resume: config.json is the truth --------------------------------------------------------
 
-absl::Status run_fit(const FitOptions& o) {
-  if (o.data.empty() || o.out.empty()) return absl::InvalidArgumentError("fit needs --data and --out");
-  // From here on SIGINT/SIGTERM only set a flag: the loop finishes its step and checkpoints.
-  install_stop_handlers();
-  LM_ASSIGN_OR_RETURN(train::DistEnv env, train::dist_env_from_environment());
-  // Precedence: the preset's shape and training defaults < --config < flags.
+// The run's config.json, the base a resume starts from.
+struct ResumeBase {
   RunFile rf;
-  LM_ASSIGN_OR_RETURN(rf.model, model::preset(o.preset));
-  rf.train = train::preset_train_config(o.preset);
+  Json data = Json::object();  // "data": shards, tokenizer, shards_id (and earlier_shards)
+  std::string path;
+};
+
+absl::StatusOr<ResumeBase> read_resume_base(const RunFolder& run) {
+  ResumeBase b;
+  b.path = run.config();
+  LM_ASSIGN_OR_RETURN(Json j, read_json_file(b.path));
+  if (!j.contains("model") || !j.contains("train"))
+    return absl::DataLossError(b.path + ": no \"model\" or \"train\" section (not written by 'lmtrain fit'?)");
+  LM_RETURN_IF_ERROR(annotate(from_json(j["model"], b.rf.model, "model"), b.path));
+  LM_RETURN_IF_ERROR(annotate(from_json(j["train"], b.rf.train, "train"), b.path));
+  if (j.contains("data") && j["data"].is_object()) b.data = j["data"];
+  return b;
+}
+
+void apply_flags(const FitOptions& o, train::TrainConfig& tc) {
+  o.flags.apply(tc);
+  if (global_options().threads > 0) tc.threads = global_options().threads;
+  if (o.ddp_post_backward) tc.ddp_overlap = false;
+  if (o.ddp_bucket_mb) tc.ddp_bucket_mb = *o.ddp_bucket_mb;
+}
+
+// What this invocation asks for: a new run starts from the preset's shape and training defaults,
+// a resume from the run's config.json; then --preset (shape only on a resume), --config and the
+// flags over it. A resume's stop_at_step is this invocation's only.
+absl::StatusOr<RunFile> requested_config(const FitOptions& o, const ResumeBase* base) {
+  RunFile rf;
+  if (base != nullptr) {
+    rf = base->rf;
+    rf.train.stop_at_step = -1;
+  } else {
+    rf.train = train::preset_train_config(o.preset.value_or("small"));
+  }
+  if (base == nullptr || o.preset) {
+    const int64_t vocab = rf.model.vocab_size;
+    LM_ASSIGN_OR_RETURN(rf.model, model::preset(o.preset.value_or("small")));
+    if (base != nullptr) rf.model.vocab_size = vocab;  // the run's tokenizer decides it, as at its start
+  }
   if (!o.config.empty()) {
     LM_RETURN_IF_ERROR(load_config_file(o.config, rf));
     LM_ASSIGN_OR_RETURN(Json file, read_json_file(o.config));
     if (file.contains("train")) train::clear_shadowed(file["train"], rf.train);
   }
+  apply_flags(o, rf.train);
+  return rf;
+}
+
+// Which flag (or file) set a field this time, for the refusal message.
+train::SourceOf source_of(const FitOptions& o) {
+  return [&o](const std::string& field) -> std::string {
+    static const std::map<std::string, std::string> kFlags = {
+        {"train.tokens", "--tokens"}, {"train.steps", "--steps"}, {"train.lr", "--lr"},
+        {"train.micro_batch", "--micro-batch"}, {"train.seq_len", "--seq-len"}, {"train.grad_accum", "--grad-accum"},
+        {"train.batch_tokens", "--batch-tokens"}, {"train.dtype", "--dtype"}, {"train.device", "--device"},
+        {"train.checkpoint_interval", "--checkpoint-interval"}, {"train.checkpoint_minutes", "--checkpoint-minutes"},
+        {"train.tf32", "--tf32"}};
+    std::vector<std::string> by;
+    auto it = kFlags.find(field);
+    if (it != kFlags.end()) by.push_back(it->second);
+    if (field.rfind("model.", 0) == 0 && o.preset) by.push_back("--preset " + *o.preset);
+    if (!o.config.empty()) by.push_back("--config " + o.config);
+    return absl::StrJoin(by, " or ");
+  };
+}
+
+// The step of the latest checkpoint; 0 when the run was killed before its first one.
+absl::StatusOr<int64_t> done_step(const RunFolder& run) {
+  auto name = run.latest_name();
+  if (absl::IsNotFound(name.status())) return 0;
+  LM_RETURN_IF_ERROR(name.status());
+  auto step = RunFolder::parse_step_name(*name);
+  if (!step.ok()) return annotate(step.status(), run.latest());
+  return *step;
+}
+
+// Compares the request with the run's config (train::plan_resume); says what re-planning did.
+// Returns true when the run is already finished (nothing to train: said, exit 0).
+absl::StatusOr<bool> plan_the_resume(const FitOptions& o, const RunFolder& run, const ResumeBase& base, int world,
+                                     train::FitRequest& req) {
+  LM_ASSIGN_OR_RETURN(const int64_t done, done_step(run));
+  auto plan = train::plan_resume(base.rf.model, base.rf.train, req.model, req.train, done, world, source_of(o));
+  if (!plan.ok()) return annotate(plan.status(), run.dir());
+  for (const auto& note : plan->notes) log_info("%s", note);
+  req.train = plan->train;
+  if (plan->finished && req.rank == 0)
+    std::printf("%s: the run is finished (step %lld of %lld); nothing to train. Extend it with a larger --steps "
+                "or --tokens (re-plans the schedule)\n",
+                run.dir().c_str(), static_cast<long long>(done), static_cast<long long>(plan->train.steps));
+  return plan->finished;
+}
+
+// The identity of a shards folder wherever it lies: its shard list and tokenizer.
+std::string shards_id(const data::ShardSet& set) {
+  const std::string key = data::manifest_to_json(set.manifest())["shards"].dump() + set.tokenizer_hash();
+  return hex64(fnv1a64(key.data(), key.size()));
+}
+
+// A resume trains on the run's own shards (found by content, so a moved folder is fine) unless
+// --allow-new-data names continued pretraining; config.json then records the earlier shards.
+absl::Status check_resume_data(const FitOptions& o, const ResumeBase& base, train::FitRequest& req) {
+  Json data = base.data;
+  const std::string now_id = req.data_info["shards_id"];
+  const bool same = data.contains("shards_id")
+                        ? data["shards_id"] == now_id
+                        : fs::weakly_canonical(data.value("shards", "")) == fs::weakly_canonical(req.data_info["shards"].get<std::string>());
+  if (!same && !o.allow_new_data)
+    return absl::FailedPreconditionError(absl::StrCat(
+        "--data ", o.data, ": not the shards this run trains on (", data.value("shards", "?"),
+        "); drop --data to continue on them, or add --allow-new-data for continued pretraining on these "
+        "(weights and optimizer state kept, the data order starts fresh)"));
+  if (!same) {
+    data["earlier_shards"].push_back(data.value("shards", ""));
+    data["shards"] = req.data_info["shards"];
+    req.new_data = true;
+    log_info("continued pretraining on %s (earlier: %s)", data["shards"].get<std::string>(),
+             data["earlier_shards"].back().get<std::string>());
+  } else if (!fs::exists(data.value("shards", ""))) {
+    data["shards"] = req.data_info["shards"];  // the same shards, moved
+  }
+  data["shards_id"] = now_id;
+  req.data_info = data;
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::Status run_fit(const FitOptions& o) {
+  if (o.out.empty()) return absl::InvalidArgumentError("fit needs --out");
+  if (o.data.empty() && !o.resume) return absl::InvalidArgumentError("fit needs --data (the shards folder of 'lmtrain prepare')");
+  if (o.allow_new_data && !o.resume)
+    return absl::InvalidArgumentError("--allow-new-data continues a run on new shards and needs --resume");
+  // From here on SIGINT/SIGTERM only set a flag: the loop finishes its step and checkpoints.
+  install_stop_handlers();
+  LM_ASSIGN_OR_RETURN(train::DistEnv env, train::dist_env_from_environment());
+  // The run folder first: a wrong --resume/--force is the cheapest mistake to name.
+  const RunFolder run(o.out);
+  LM_RETURN_IF_ERROR(run.check_policy(o.resume, o.force));
+  std::optional<ResumeBase> base;
+  if (o.resume) {
+    LM_ASSIGN_OR_RETURN(base, read_resume_base(run));
+  }
+  LM_ASSIGN_OR_RETURN(RunFile rf, requested_config(o, base ? &*base : nullptr));
   auto& tc = rf.train;
-  o.flags.apply(tc);
-  if (global_options().threads > 0) tc.threads = global_options().threads;
   // auto device/dtype before rank_device; said in the first lines, with TF32 set process-wide.
   const std::string hardware = train::resolve_hardware(tc, torch::cuda::is_available());
   if (tc.device == "cuda") train::set_tf32(tc.tf32);
   if (env.rank == 0) log_info("%s", hardware);
-  if (o.ddp_post_backward) tc.ddp_overlap = false;
-  if (o.ddp_bucket_mb) tc.ddp_bucket_mb = *o.ddp_bucket_mb;
   // This rank's GPU (cuda:LOCAL_RANK) becomes the current device before any other CUDA call.
   LM_ASSIGN_OR_RETURN(const torch::Device dev,
                       train::rank_device(env, tc.device == "cuda" ? torch::kCUDA : torch::kCPU));
@@ -88,15 +221,13 @@ absl::Status run_fit(const FitOptions& o) {
     if (env.rank != 0) init_output(/*quiet=*/true);
   }
 
-  // The run folder first: a wrong --resume/--force is the cheapest mistake to name.
-  const RunFolder run(o.out);
-  LM_RETURN_IF_ERROR(run.check_policy(o.resume, o.force));
-  LM_ASSIGN_OR_RETURN(data::ShardSet set, data::ShardSet::open(o.data));
+  const std::string data_dir = o.data.empty() && base ? base->data.value("shards", "") : o.data;
+  LM_ASSIGN_OR_RETURN(data::ShardSet set, data::ShardSet::open(data_dir));
   // The tokenizer the shards were made with: --tokenizer, else the one recorded by prepare,
   // else the copy inside the run folder (resume).
   std::string tok_dir = o.tokenizer;
   if (tok_dir.empty() && o.resume) tok_dir = run.tokenizer();
-  if (tok_dir.empty()) tok_dir = set.manifest().tokenizer_dir;
+  if (tok_dir.empty()) tok_dir = set.tokenizer_path();
   LM_ASSIGN_OR_RETURN(tokenizer::Tokenizer tok, tokenizer::Tokenizer::load(tok_dir));
   LM_RETURN_IF_ERROR(set.check_tokenizer(tok.hash(), tok.vocab_size()));
   rf.model.vocab_size = tok.vocab_size();
@@ -113,8 +244,15 @@ absl::Status run_fit(const FitOptions& o) {
   req.rank = env.rank;
   req.local_rank = env.local_rank;
   req.comm = comm.get();
-  req.data_info = {{"shards", fs::absolute(o.data).string()}, {"tokenizer", fs::absolute(tok_dir).string()}};
+  req.data_info = {{"shards", fs::absolute(data_dir).string()},
+                   {"tokenizer", fs::absolute(tok_dir).string()},
+                   {"shards_id", shards_id(set)}};
   LM_RETURN_IF_ERROR(model::validate(req.model));
+  if (base) {
+    LM_ASSIGN_OR_RETURN(const bool finished, plan_the_resume(o, run, *base, env.world, req));
+    if (finished) return absl::OkStatus();
+    LM_RETURN_IF_ERROR(check_resume_data(o, *base, req));
+  }
   LM_RETURN_IF_ERROR(train::resolve(req.train, req.model, req.world_size));
 
   data::SamplerConfig sc;
@@ -141,13 +279,18 @@ absl::Status run_fit(const FitOptions& o) {
 void add_fit(CLI::App& app, Registry& reg) {
   static FitOptions o;
   auto* sub = app.add_subcommand("fit", "pretrain a model on prepared token shards");
-  sub->add_option("--data", o.data, "shards folder written by 'lmtrain prepare'")->required();
+  sub->add_option("--data", o.data, "shards folder written by 'lmtrain prepare' (on --resume: the run's own by default)");
   sub->add_option("--out", o.out, "run folder (config.json, metrics.jsonl, checkpoints/)")->required();
-  sub->add_option("--preset", o.preset, "model preset: tiny, small, 124m, 400m, 1b")->capture_default_str();
+  sub->add_option("--preset", o.preset, "model preset: tiny, small, 124m, 400m, 1b (default small; --resume keeps the run's)");
   sub->add_option("--config", o.config, "JSON file {\"model\": {...}, \"train\": {...}} over the preset");
   sub->add_option("--tokenizer", o.tokenizer, "tokenizer folder (default: the one recorded by prepare)");
   sub->add_option("--init-from", o.init_from, "start from the weights of a folder written by 'lmtrain export' (same architecture)");
-  sub->add_flag("--resume", o.resume, "continue from the run folder's latest checkpoint");
+  sub->add_flag("--resume", o.resume,
+                "continue the run with its own config.json from its latest checkpoint (step 0 if none); flags that "
+                "would change the run are refused, a larger --steps/--tokens re-plans the schedule");
+  sub->add_flag("--allow-new-data", o.allow_new_data,
+                "with --resume and another --data: continued pretraining on new shards (same tokenizer), keeping "
+                "weights, optimizer state and step; the data order starts fresh");
   sub->add_flag("--force", o.force, "start over in an existing run folder (deletes its checkpoints)");
   add_train_flags(sub, o.flags);
   sub->add_option("--nproc", o.nproc, "data-parallel ranks on this machine (or launch with torchrun/srun)");
@@ -160,7 +303,9 @@ void add_fit(CLI::App& app, Registry& reg) {
       "  lmtrain fit --data shards/ --preset small --out runs/small --steps 600\n"
       "  lmtrain fit --data shards/ --preset 400m --out runs/400m   # GPU: cuda, bf16, TF32, the preset's batch/lr\n"
       "  lmtrain fit --data shards/ --preset 400m --out runs/400m --tokens 2e9 --micro-batch 8   # flags win\n"
-      "  lmtrain fit --data shards/ --out runs/small --resume      # after a kill or preemption\n"
+      "  lmtrain fit --out runs/small --resume                    # after a kill or preemption: the run's own settings\n"
+      "  lmtrain fit --out runs/small --resume --steps 1200       # extend a run (re-plans the lr schedule)\n"
+      "  lmtrain fit --out runs/small --resume --data shards-v2/ --allow-new-data --steps 2000   # continued pretraining\n"
       "  lmtrain fit --data shards/ --preset tiny --out runs/dp --nproc 2   # 2 ranks, Gloo\n"
       "  torchrun --no-python --nproc-per-node 8 lmtrain fit --data shards/ --preset 400m --out runs/400m\n"
       "Defaults: --device auto (cuda when visible), --dtype auto (bf16 on cuda), TF32 on; each preset's batch,\n"

@@ -15,7 +15,9 @@ void add_run_flags(CLI::App* sub, eval::RunOptions& r) {
   sub->add_option("--batch-size", r.batch_size, "sequences per forward pass")->capture_default_str();
   sub->add_option("--device", r.device, "cpu or cuda")->capture_default_str();
   sub->add_option("--dtype", r.dtype, "fp32 or bf16 (bf16 on cuda only)")->capture_default_str();
-  sub->add_option("--out", r.out, "result JSON (default: RUN/eval/<command>.json)");
+  sub->add_option("--out", r.out,
+                  "result JSON (default: RUN/eval/<command>-step<N>-<size>-<hash>.json, one per configuration, and "
+                  "RUN/eval/<command>.json = the largest of them)");
 }
 
 void add_nll(CLI::App& app, Registry& reg) {

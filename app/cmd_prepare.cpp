@@ -4,6 +4,7 @@
 
 #include "app/commands.h"
 #include "core/config.h"
+#include "core/file.h"
 #include "core/log.h"
 #include "data/prepare.h"
 
@@ -14,6 +15,7 @@ struct PrepareCmd {
   data::PrepareOptions o;
   std::string config;
   bool verify = false;
+  bool force = false;  // replace an existing shards folder
 };
 
 absl::Status run_prepare(PrepareCmd& c, CLI::App* sub) {
@@ -39,6 +41,7 @@ absl::Status run_prepare(PrepareCmd& c, CLI::App* sub) {
     return absl::OkStatus();
   }
   if (c.o.tokenizer.empty()) return absl::InvalidArgumentError("--tokenizer: required (the folder 'lmtrain tokenizer' wrote)");
+  LM_RETURN_IF_ERROR(check_new_output(c.o.out, c.force, "shards"));
   LM_ASSIGN_OR_RETURN(data::ShardManifest m, data::prepare(c.o));
   std::printf("%s", data::format_report(m).c_str());
   std::printf("wrote %zu shards and %s/manifest.json (%.2f MB/s of text)\n", m.shards.size(), c.o.out.c_str(),
@@ -63,13 +66,15 @@ void add_prepare(CLI::App& app, Registry& reg) {
   sub->add_option("--shard-tokens", c->o.shard_tokens, "tokens per shard file")->capture_default_str();
   sub->add_flag("--skip-invalid-utf8", c->o.skip_invalid_utf8, "skip and count lines with invalid UTF-8 instead of failing");
   sub->add_flag("--dedup", c->o.dedup, "drop exact duplicate documents");
+  sub->add_flag("--force", c->force, "replace the shards in an existing, non-empty --out folder");
   sub->add_flag("--verify", c->verify, "re-open every shard with full checks (alone with --out: check only)");
   sub->add_option("--config", c->config, "JSON file with any of these options (flags win)");
   sub->footer(
       "Examples:\n"
       "  lmtrain prepare --corpus corpus.json --tokenizer tok/ --out shards/\n"
       "  lmtrain prepare --corpus corpus.json --tokenizer tok/ --out shards/ --val-fraction 0.01 --dedup --verify\n"
-      "  lmtrain prepare --verify --out shards/ [--tokenizer tok/]");
+      "  lmtrain prepare --verify --out shards/ [--tokenizer tok/]\n"
+      "An existing, non-empty --out is refused unless --force (runs trained on those shards would change).");
   add_global_flags(sub);
   reg.push_back({sub, [c, sub] { return run_prepare(*c, sub); }});
 }

@@ -4,6 +4,7 @@
 
 #include "app/commands.h"
 #include "core/config.h"
+#include "core/file.h"
 #include "core/log.h"
 #include "corpus/corpus.h"
 #include "tokenizer/report.h"
@@ -14,6 +15,7 @@ namespace {
 
 struct TokenizerCmd {
   std::string corpus, out, config;
+  bool force = false;  // replace an existing tokenizer folder
   tokenizer::TrainOptions recipe;
   tokenizer::ReportOptions report;
 };
@@ -32,6 +34,9 @@ absl::Status run_tokenizer(TokenizerCmd& c, CLI::App* sub) {
     LM_RETURN_IF_ERROR(from_json(merged, c.recipe, c.config));
   }
   c.recipe.threads = global_options().threads;
+  // Before reading any text: shards and runs name this folder, and a re-trained tokenizer would
+  // silently invalidate them.
+  LM_RETURN_IF_ERROR(check_new_output(c.out, c.force, "a tokenizer"));
   LM_ASSIGN_OR_RETURN(data::CorpusManifest manifest, data::load_manifest(c.corpus));
   log_info("reading %s (%d sources), sample of %s chars", c.corpus, (int)manifest.sources.size(),
            format_count(static_cast<double>(c.recipe.sample_chars)));
@@ -62,6 +67,7 @@ void add_tokenizer(CLI::App& app, Registry& reg) {
   sub->add_option("--corpus", c->corpus, "corpus manifest (corpus.json)")->required();
   sub->add_option("--out", c->out, "output folder (spm.model, tokenizer.json, fertility.json)")->required();
   sub->add_option("--config", c->config, "JSON file with recipe options (flags override it)");
+  sub->add_flag("--force", c->force, "replace the tokenizer in an existing, non-empty --out folder");
   sub->add_option("--vocab-size", r.vocab_size, "pieces incl. specials and 256 byte pieces")->capture_default_str();
   sub->add_option("--model-type", r.model_type, "unigram or bpe")->capture_default_str();
   sub->add_option("--character-coverage", r.character_coverage, "share of characters with their own piece")

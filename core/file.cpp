@@ -175,4 +175,13 @@ uint64_t fnv1a64(const void* data, size_t size, uint64_t seed) {
 
 std::string hex64(uint64_t value) { return absl::StrFormat("%016x", value); }
 
+absl::Status check_new_output(const std::string& dir, bool force, std::string_view what, std::string_view force_flag) {
+  std::error_code ec;
+  if (force || !std::filesystem::exists(dir, ec)) return absl::OkStatus();
+  if (std::filesystem::is_directory(dir, ec) && std::filesystem::is_empty(dir, ec)) return absl::OkStatus();
+  return absl::AlreadyExistsError(absl::StrCat(
+      dir, ": already holds ", std::string(what), " (runs and shards made from it would silently change); write to "
+      "another folder, or pass ", std::string(force_flag), " to replace it"));
+}
+
 }  // namespace lm

@@ -20,6 +20,12 @@ absl::Status errno_status(std::string_view what, const std::string& path,
 
 absl::Status write_file_atomic(const std::string& path, std::string_view data);
 
+// Never replace an output a later step depends on without being asked: an existing, non-empty
+// `dir` is AlreadyExists naming the folder and `force_flag` (OK when `force`, or when `dir` is
+// missing or empty). `what` says what the folder holds ("tokenizer", "shards").
+absl::Status check_new_output(const std::string& dir, bool force, std::string_view what,
+                              std::string_view force_flag = "--force");
+
 // fsyncs a folder so that a rename inside it is durable.
 absl::Status fsync_dir(const std::string& dir);
 

@@ -56,7 +56,7 @@ absl::Status RunFolder::open(bool resume, bool force) const {
 
 absl::StatusOr<std::string> RunFolder::latest_name() const {
   if (!fs::exists(latest()))
-    return absl::NotFoundError(latest() + ": no checkpoint yet (the run never saved one; start without --resume)");
+    return absl::NotFoundError(latest() + ": no checkpoint yet (the run never saved one)");
   LM_ASSIGN_OR_RETURN(std::string name, read_file(latest()));
   return std::string(absl::StripAsciiWhitespace(name));
 }

@@ -6,7 +6,7 @@
 //   tensorboard/   the same values as TensorBoard event files (one file per start or resume)
 //   checkpoints/step-00000100/  model.safetensors, optimizer.safetensors, trainer.json
 //   latest         the name of the newest complete checkpoint ("step-00000100"), moved last
-//   eval/          nll.json, mc.json
+//   eval/          nll-*.json, mc-*.json per configuration; nll.json, mc.json the largest
 //   plots/, report.html
 #pragma once
 

@@ -80,6 +80,16 @@ struct Output {
   uint64_t docs = 0, tokens = 0;
 };
 
+// `path` relative to the folder `base` ("tok/" and "shards/" -> "../tok"); absolute if none exists.
+std::string relative_to(const std::string& path, const std::string& base) {
+  auto clean = [](const std::string& p) {
+    fs::path a = fs::absolute(p).lexically_normal();
+    return a.filename().empty() ? a.parent_path() : a;  // "shards/" -> "shards"
+  };
+  const fs::path rel = clean(path).lexically_relative(clean(base));
+  return rel.empty() ? clean(path).string() : rel.string();
+}
+
 }  // namespace
 
 bool is_validation_doc(const std::string& doc, double val_fraction) {
@@ -132,7 +142,9 @@ absl::StatusOr<ShardManifest> prepare(const PrepareOptions& o) {
   m.vocab_size = tok.vocab_size();
   m.eos_id = tok.eos_id();
   m.bos_id = tok.bos_id();
-  m.tokenizer_dir = fs::absolute(o.tokenizer).lexically_normal().string();  // fit loads it from any cwd
+  // Relative to the shards folder, so shards and tokenizer moved together (another machine, another
+  // folder) still find each other; fit resolves it against the folder (ShardSet::tokenizer_path).
+  m.tokenizer_dir = relative_to(o.tokenizer, o.out);
   m.weights = weights;
 
   std::vector<Output> outputs;  // index 2*lang + (val ? 1 : 0)

@@ -180,6 +180,12 @@ absl::StatusOr<ShardManifest> manifest_from_json(const Json& j, const std::strin
   return m;
 }
 
+std::string ShardSet::tokenizer_path() const {
+  const fs::path p(manifest_.tokenizer_dir);
+  if (p.empty() || p.is_absolute()) return p.string();
+  return (fs::path(dir_) / p).lexically_normal().string();
+}
+
 absl::Status write_manifest(const std::string& dir, const ShardManifest& m) {
   return write_json_file((fs::path(dir) / kManifestName).string(), manifest_to_json(m));
 }

@@ -45,7 +45,7 @@ struct ShardManifest {
   int32_t vocab_size = 0;
   int32_t eos_id = -1;
   int32_t bos_id = -1;
-  std::string tokenizer_dir;               // as given to prepare, for people
+  std::string tokenizer_dir;               // relative to the shards folder (absolute in older manifests)
   std::map<std::string, double> weights;   // per language; empty = by token count
   std::vector<ShardEntry> shards;
   std::map<std::string, LanguageReport> languages;
@@ -77,6 +77,9 @@ class ShardSet {
   absl::Status check_tokenizer(const std::string& hash, int32_t vocab) const;
 
   const std::string& dir() const { return dir_; }
+  // The tokenizer prepare used: the manifest's tokenizer.dir resolved against this folder (an
+  // absolute path, as older manifests hold, is kept as it is).
+  std::string tokenizer_path() const;
   const ShardManifest& manifest() const { return manifest_; }
   const std::string& tokenizer_hash() const { return manifest_.tokenizer_hash; }
   int32_t vocab_size() const { return manifest_.vocab_size; }

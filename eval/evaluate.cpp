@@ -2,6 +2,7 @@
 
 #include <filesystem>
 #include <fstream>
+#include <tuple>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
@@ -59,17 +60,60 @@ Scorer scorer_for(model::Transformer model, ScorerOptions so, const std::string&
   return make_model_scorer(model, so);
 }
 
-absl::Status write_result(const RunOptions& o, const std::string& job, const Json& j) {
-  std::string path = o.out;
-  if (path.empty()) {
-    const RunFolder run(o.run);
-    std::error_code ec;
-    fs::create_directories(run.eval(), ec);
-    if (ec) return absl::InternalError(absl::StrCat(run.eval(), ": cannot create: ", ec.message()));
-    path = (fs::path(run.eval()) / (job + ".json")).string();
+// What an evaluation scored, for choosing among a run's evaluations: tokens (nll) or items (mc).
+int64_t scored_of(const Json& j) {
+  int64_t n = 0;
+  for (const char* section : {"languages", "tasks"}) {
+    if (!j.contains(section) || !j[section].is_object()) continue;
+    for (const auto& [k, v] : j[section].items()) {
+      if (v.contains("model") && v["model"].contains("tokens")) n += v["model"]["tokens"].get<int64_t>();
+      else if (v.contains("n") && v["n"].is_number_integer()) n += v["n"].get<int64_t>();
+    }
   }
-  LM_RETURN_IF_ERROR(write_json_file(path, j));
-  log_info("wrote %s", path);
+  return n;
+}
+
+// Ordering of evaluations for RUN/eval/<job>.json: a later checkpoint, then with the twin, then
+// more tokens or items scored. A smaller evaluation never replaces a larger one.
+std::tuple<int64_t, bool, int64_t> rank_of(const Json& j) {
+  const bool twin = j.value("twin", std::string()).rfind("not scored", 0) != 0;
+  return {j.value("step", int64_t{-1}), twin, scored_of(j)};
+}
+
+// Without --out: every evaluation is kept in RUN/eval/<job>-step<N>-<size>-<hash of its
+// configuration>.json (the same configuration again replaces only itself), and RUN/eval/<job>.json,
+// which the report and the model card read, holds the largest (rank_of) with "evaluation" saying
+// which file it is.
+absl::Status write_result(const RunOptions& o, const std::string& job, Json j, const Json& config,
+                          const std::string& size) {
+  if (!o.out.empty()) {
+    LM_RETURN_IF_ERROR(write_json_file(o.out, j));
+    log_info("wrote %s", o.out);
+    return absl::OkStatus();
+  }
+  const RunFolder run(o.run);
+  std::error_code ec;
+  fs::create_directories(run.eval(), ec);
+  if (ec) return absl::InternalError(absl::StrCat(run.eval(), ": cannot create: ", ec.message()));
+  const std::string key = config.dump();
+  const std::string name = absl::StrCat(job, "-step", j.value("step", int64_t{0}), "-", size, "-",
+                                        hex64(fnv1a64(key.data(), key.size())).substr(0, 8), ".json");
+  j["evaluation"] = Json{{"file", name}, {"scored", scored_of(j)}, {"unit", job == "nll" ? "tokens" : "items"},
+                         {"configuration", config},
+                         {"chosen", "the largest evaluation of the latest checkpoint (later step, then with the "
+                                    "twin, then more scored): every one is kept as eval/" + job + "-*.json"}};
+  LM_RETURN_IF_ERROR(write_json_file((fs::path(run.eval()) / name).string(), j));
+  const std::string summary = (fs::path(run.eval()) / (job + ".json")).string();
+  if (fs::exists(summary)) {
+    auto old = read_json_file(summary);
+    if (old.ok() && rank_of(*old) > rank_of(j)) {
+      log_info("wrote %s/%s; kept %s (a larger evaluation: %d scored at step %d, this one %d)", run.eval(), name,
+               summary, scored_of(*old), old->value("step", int64_t{-1}), scored_of(j));
+      return absl::OkStatus();
+    }
+  }
+  LM_RETURN_IF_ERROR(write_json_file(summary, j));
+  log_info("wrote %s/%s and %s", run.eval(), name, summary);
   return absl::OkStatus();
 }
 
@@ -268,7 +312,11 @@ absl::StatusOr<Json> run_nll(const NllOptions& o) {
     LM_RETURN_IF_ERROR(write_file_atomic(o.dump_tokens, dump.dump()));
     log_info("wrote per-token NLL of %d languages to %s", langs.size(), o.dump_tokens);
   }
-  LM_RETURN_IF_ERROR(write_result(o.run, "nll", result));
+  const Json config = {{"source", result["source"]}, {"langs", o.langs}, {"seq_len", seq_len}, {"stride", o.stride},
+                       {"max_tokens", o.max_tokens}, {"docs", o.docs}, {"twin", o.run.twin}};
+  result["max_tokens"] = o.max_tokens;
+  LM_RETURN_IF_ERROR(write_result(o.run, "nll", result, config,
+                                  o.max_tokens > 0 ? absl::StrCat(o.max_tokens, "tok-", o.docs) : "all-" + o.docs));
   return result;
 }
 
@@ -456,7 +504,10 @@ absl::StatusOr<Json> run_mc(const McOptions& o) {
     samples.close();
     log_info("wrote per-example log to %s", o.log_samples);
   }
-  LM_RETURN_IF_ERROR(write_result(o.run, "mc", result));
+  const Json config = {{"data_dir", o.data_dir}, {"tasks", names}, {"limit", o.limit}, {"prefix", o.prefix},
+                       {"twin", o.run.twin}};
+  LM_RETURN_IF_ERROR(write_result(o.run, "mc", result, config,
+                                  absl::StrCat(o.limit > 0 ? absl::StrCat(o.limit) : std::string("all"), "-", o.prefix)));
   return result;
 }
 

@@ -48,7 +48,15 @@ std::string num_at(const Json& j, std::initializer_list<const char*> path, const
 std::string json_section(const absl::StatusOr<Json>& j, const char* key, const std::string& intro,
                          const std::function<std::string(const std::string&, const Json&)>& row) {
   if (!j.ok() || !at(*j, {key}) || !(*j)[key].is_object()) return "";
-  std::string out = absl::StrReplaceAll(intro, {{"{step}", at(*j, {"step"}) ? (*j)["step"].dump() : "?"}});
+  // Which of the run's evaluations eval/<job>.json is (eval's choice: the largest, latest).
+  std::string which;
+  if (at(*j, {"evaluation", "file"}))
+    which = absl::StrFormat(" = `eval/%s`, %s %s scored, the largest evaluation of the run",
+                            (*j)["evaluation"]["file"].get<std::string>(),
+                            (*j)["evaluation"].value("scored", Json(0)).dump(),
+                            (*j)["evaluation"].value("unit", std::string()));
+  std::string out = absl::StrReplaceAll(
+      intro, {{"{step}", at(*j, {"step"}) ? (*j)["step"].dump() : "?"}, {"{which}", which}});
   for (auto& [name, v] : (*j)[key].items()) out += row(name, v);
   return out;
 }
@@ -63,7 +71,7 @@ std::string eval_tables(const std::string& run_dir) {
   };
   std::string out = json_section(
       load("nll.json"), "languages",
-      "\nHeld-out NLL at step {step} (`eval/nll.json`; twin = the same architecture at its random "
+      "\nHeld-out NLL at step {step} (`eval/nll.json`{which}; twin = the same architecture at its random "
       "initialization):\n\n| language | tokens | nats/token | twin nats/token | twin − model | "
       "bits/byte | twin bits/byte |\n|---|---|---|---|---|---|---|\n",
       [](const std::string& lang, const Json& v) {
@@ -74,7 +82,7 @@ std::string eval_tables(const std::string& run_dir) {
       });
   out += json_section(
       load("mc.json"), "tasks",
-      "\nZero-shot multiple choice at step {step} (`eval/mc.json`; acc ± stderr, p: exact McNemar "
+      "\nZero-shot multiple choice at step {step} (`eval/mc.json`{which}; acc ± stderr, p: exact McNemar "
       "model vs twin):\n\n| task | n | chance | acc | ± | twin acc | acc_norm | twin acc_norm | p |"
       "\n|---|---|---|---|---|---|---|---|---|\n",
       [](const std::string& task, const Json& v) {

@@ -210,6 +210,10 @@ void eval_sections(const RunFolder& run, ReportResult& r, std::string& h) {
     }
     r.sections.push_back(e.id);
     h += absl::StrFormat("<h2 id=\"%s\">%s</h2>\n", e.id, e.title) + scalars_line(*j);
+    if (j->contains("evaluation") && (*j)["evaluation"].contains("file"))  // which of the run's evaluations
+      h += absl::StrFormat("<p class=\"meta\">eval/%s: %s</p>\n",
+                           html_escape((*j)["evaluation"]["file"].get<std::string>()),
+                           html_escape((*j)["evaluation"].value("chosen", std::string())));
     const Json& part = table_part(*j, e.keys);
     h += json_table(flatten_rows(part), {}, e.id);
   }

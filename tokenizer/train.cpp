@@ -50,7 +50,84 @@ struct SourceDocs {
   int64_t chars = 0;
 };
 
+// ---- Portable identity: spm.model without the facts of where and how fast it was trained ----
+// SentencePiece records the rule file's path (NormalizerSpec.normalization_rule_tsv, our --out
+// folder) and the trainer's thread count (TrainerSpec.num_threads) in the model, so the same
+// tokenizer trained into `tok8k/` and `tok8k` had other bytes and so another hash (the thread
+// count is dropped too; whether training itself is thread-independent is SentencePiece's matter). Those fields are informational when loading (the rules are compiled into
+// precompiled_charsmap), so they are dropped from the serialized ModelProto (protobuf wire format,
+// https://protobuf.dev/programming-guides/encoding/; field numbers from sentencepiece_model.proto).
+constexpr int kTrainerSpec = 2, kNormalizerSpec = 3, kDenormalizerSpec = 5;
+constexpr int kTrainerInput = 1, kTrainerModelPrefix = 2, kTrainerNumThreads = 16, kNormalizerRuleTsv = 6;
+
+bool read_varint(const std::string& b, size_t& i, uint64_t* v) {
+  *v = 0;
+  for (int shift = 0; i < b.size() && shift < 64; shift += 7) {
+    const uint8_t c = static_cast<uint8_t>(b[i++]);
+    *v |= static_cast<uint64_t>(c & 0x7f) << shift;
+    if (!(c & 0x80)) return true;
+  }
+  return false;
+}
+
+void write_varint(uint64_t v, std::string* out) {
+  do {
+    uint8_t c = v & 0x7f;
+    v >>= 7;
+    out->push_back(static_cast<char>(v ? c | 0x80 : c));
+  } while (v);
+}
+
+// Copies the message `b` without the fields in `drop`; `edit(field, bytes)` may rewrite a
+// length-delimited field. False when `b` is not well-formed.
+template <class Edit>
+bool filter_message(const std::string& b, const std::set<int>& drop, Edit edit, std::string* out) {
+  for (size_t i = 0; i < b.size();) {
+    const size_t start = i;
+    uint64_t tag = 0, v = 0;
+    if (!read_varint(b, i, &tag)) return false;
+    const int field = static_cast<int>(tag >> 3), wire = static_cast<int>(tag & 7);
+    std::string payload;
+    if (wire == 0) {
+      if (!read_varint(b, i, &v)) return false;
+    } else if (wire == 1 || wire == 5) {
+      i += wire == 1 ? 8 : 4;
+    } else if (wire == 2) {
+      if (!read_varint(b, i, &v) || v > b.size() - i) return false;
+      payload = b.substr(i, v);
+      i += v;
+    } else {
+      return false;  // groups: not in sentencepiece_model.proto
+    }
+    if (i > b.size()) return false;
+    if (drop.count(field)) continue;
+    if (wire == 2 && edit(field, &payload)) {
+      write_varint(tag, out);
+      write_varint(payload.size(), out);
+      out->append(payload);
+    } else {
+      out->append(b, start, i - start);
+    }
+  }
+  return true;
+}
+
 }  // namespace
+
+std::string portable_model_bytes(const std::string& model) {
+  auto inner = [](int field, std::string* payload) {
+    std::set<int> drop;
+    if (field == kTrainerSpec) drop = {kTrainerInput, kTrainerModelPrefix, kTrainerNumThreads};
+    if (field == kNormalizerSpec || field == kDenormalizerSpec) drop = {kNormalizerRuleTsv};
+    if (drop.empty()) return false;
+    std::string out;
+    if (!filter_message(*payload, drop, [](int, std::string*) { return false; }, &out)) return false;
+    *payload = std::move(out);
+    return true;
+  };
+  std::string out;
+  return filter_message(model, {}, inner, &out) ? out : model;
+}
 
 int split_long_line(std::string_view line, size_t max_bytes, std::vector<std::string>* out) {
   int pieces = 0;
@@ -256,6 +333,7 @@ absl::StatusOr<Tokenizer> train_tokenizer(const TrainingSample& sample, const Tr
         " (a vocabulary too large for the sample fails here: lower --vocab-size or add text)"));
   }
   summary->seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  model = portable_model_bytes(model);  // the hash names the content, not the folder or --threads
   LM_RETURN_IF_ERROR(write_file_atomic(out_dir + "/" + kModelFile, model));
   LM_ASSIGN_OR_RETURN(Tokenizer tok, Tokenizer::from_model_bytes(model, out_dir + "/" + kModelFile));
   TokenizerMeta meta;

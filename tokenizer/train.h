@@ -39,4 +39,9 @@ std::unordered_map<std::string, std::string> spm_kwargs(const TrainOptions& opti
 absl::StatusOr<Tokenizer> train_tokenizer(const TrainingSample& sample, const TrainOptions& options,
                                           const std::string& out_dir, SampleSummary* summary);
 
+// The serialized model without the fields that say where and with how many threads it was
+// trained (the rule file's path, model_prefix, input, num_threads), so its content hash is the
+// tokenizer's identity wherever it is written. A model that does not parse is returned as is.
+std::string portable_model_bytes(const std::string& model);
+
 }  // namespace lm::tokenizer

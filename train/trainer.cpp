@@ -106,6 +106,10 @@ Json run_config_json(const FitRequest& req) {
 }
 
 std::string FitSummary::summary() const {
+  // A resume at the last step trains nothing: say so instead of "trained N steps ... 0 tok/s".
+  if (steps == start_step && losses.empty())
+    return absl::StrFormat("nothing to train: the run is at step %d of its %d steps (extend it with --steps or --tokens)%s",
+                           steps, steps, checkpoint.empty() ? "" : "\n  checkpoint: " + checkpoint);
   std::string s = absl::StrFormat(
       "trained %d steps (%s tokens) in %s: %.0f tok/s, MFU %s, final train loss %.4f nats/token",
       steps, format_count(static_cast<double>(tokens)), format_duration(seconds), tokens_per_s,
@@ -188,24 +192,47 @@ absl::Status Trainer::build_model() {
 }
 
 absl::Status Trainer::restore_or_start() {
-  if (!req_.resume) {
-    if (main_rank_)
-      LM_RETURN_IF_ERROR(write_json_file(RunFolder(req_.run_dir).config(), run_config_json(req_)));
-    return absl::OkStatus();
+  if (!req_.resume) return write_run_config();
+  if (!fs::exists(RunFolder(req_.run_dir).latest())) {
+    // Killed before its first checkpoint: the run starts over from step 0 with its own config
+    // (the model above is initialised from the same seed as a fresh start).
+    if (main_rank_) LM_RETURN_IF_ERROR(truncate_metrics(metrics_path_, 0));
+    log_info("%s: no checkpoint yet; starting the run from step 0 with its config.json", req_.run_dir);
+    return write_run_config();
   }
   LM_ASSIGN_OR_RETURN(std::string ckpt, find_checkpoint(req_.run_dir, -1));
   LM_ASSIGN_OR_RETURN(Json state, read_trainer_state(ckpt));
   LM_RETURN_IF_ERROR(check_resume_compatible(state, req_, ckpt));
   LM_RETURN_IF_ERROR(load_model(ckpt, model_));
   LM_RETURN_IF_ERROR(load_optimizer(ckpt, *optim_));
-  LM_RETURN_IF_ERROR(annotate(source_.restore(state["data_cursor"]), ckpt + "/trainer.json data_cursor"));
+  if (req_.new_data) {
+    // Continued pretraining: weights, AdamW moments and the step are kept, the data order
+    // starts at the beginning of the new shards (the old cursor means nothing there).
+    log_info("continuing on new data: the sampler starts fresh; weights, optimizer state and step kept");
+  } else {
+    LM_RETURN_IF_ERROR(annotate(source_.restore(state["data_cursor"]), ckpt + "/trainer.json data_cursor"));
+  }
   if (state.contains("rng_cpu")) LM_RETURN_IF_ERROR(set_cpu_rng_state(state["rng_cpu"].get<std::string>()));
   step_ = state["step"].get<int64_t>();
   tokens_ = state["tokens"].get<int64_t>();
   nan_skipped_ = state.value("nan_skipped", int64_t{0});
   if (main_rank_) LM_RETURN_IF_ERROR(truncate_metrics(metrics_path_, step_));
   log_info("resumed from %s (step %d, %s tokens)", ckpt, step_, format_count(static_cast<double>(tokens_)));
-  return absl::OkStatus();
+  return write_run_config();
+}
+
+// config.json is the run's truth: written at the start, and on a resume that changed it (a
+// re-planned budget, new data) so the report and the next resume see the run as it now is. An
+// unchanged config is not rewritten: a resume that fails later leaves the folder as it was.
+absl::Status Trainer::write_run_config() const {
+  if (!main_rank_) return absl::OkStatus();
+  const std::string path = RunFolder(req_.run_dir).config();
+  const Json now = run_config_json(req_);
+  if (req_.resume && fs::exists(path)) {
+    auto old = read_json_file(path);
+    if (old.ok() && *old == now) return absl::OkStatus();
+  }
+  return write_json_file(path, now);
 }
 
 // Start-up verification on the real config and device: every fast path against its reference

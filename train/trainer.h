@@ -50,6 +50,7 @@ struct FitRequest {
   int local_rank = 0;    // this rank's GPU on its node (train.device cuda): cuda:<local_rank>
   Comm* comm = nullptr;  // set for data-parallel runs (train/distributed.h)
   std::string init_from;  // HF folder from 'lmtrain export': start from its weights (not with resume)
+  bool new_data = false;  // resume on other shards (continued pretraining): the data cursor is not restored
 };
 
 struct FitSummary {
@@ -123,6 +124,7 @@ class Trainer {
   // Set-up, in create()'s order.
   absl::Status build_model();
   absl::Status restore_or_start();
+  absl::Status write_run_config() const;
   absl::Status startup_checks();
   void verify_fast_paths();
   void start_grad_sync();

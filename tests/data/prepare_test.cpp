@@ -3,6 +3,7 @@
 #include <fstream>
 #include <random>
 
+#include "core/config.h"
 #include "core/file.h"
 #include "data/prepare.h"
 #include "data/sampler.h"
@@ -136,6 +137,37 @@ TEST_F(PrepareTest, ShardsHoldEveryDocumentWithEos) {
   auto v = validation_windows(*set, "en", 16, 4);
   LM_ASSERT_OK(v.status());
   EXPECT_EQ(v->size(), 4u);
+}
+
+// Portable artefacts (issue 21): the manifest names the tokenizer relative to itself, so a folder
+// holding shards and tokenizer moved elsewhere still finds it; an older manifest's absolute path
+// still reads.
+TEST_F(PrepareTest, ManifestFindsTheTokenizerAfterBothAreMoved) {
+  testing::TempDir other;
+  const std::string from = other.file("a"), to = other.file("moved/b");
+  fs::create_directories(from);
+  fs::copy(dir_->file("tok"), from + "/tok", fs::copy_options::recursive);
+  PrepareOptions o = options("unused");
+  o.tokenizer = from + "/tok/";
+  o.out = from + "/data/shards/";
+  LM_ASSERT_OK(prepare(o).status());
+  auto j = read_json_file(from + "/data/shards/manifest.json");
+  LM_ASSERT_OK(j.status());
+  EXPECT_EQ((*j)["tokenizer"]["dir"], "../../tok");
+  fs::create_directories(other.file("moved"));
+  fs::rename(from, to);
+  auto set = ShardSet::open(to + "/data/shards");
+  LM_ASSERT_OK(set.status());
+  EXPECT_EQ(set->tokenizer_path(), to + "/tok");
+  auto tok = tokenizer::Tokenizer::load(set->tokenizer_path());
+  LM_ASSERT_OK(tok.status());
+  LM_ASSERT_OK(set->check_tokenizer(tok->hash(), tok->vocab_size()));
+  // An older manifest with an absolute path.
+  (*j)["tokenizer"]["dir"] = to + "/tok";
+  LM_ASSERT_OK(write_json_file(to + "/data/shards/manifest.json", *j));
+  auto old = ShardSet::open(to + "/data/shards");
+  LM_ASSERT_OK(old.status());
+  EXPECT_EQ(old->tokenizer_path(), to + "/tok");
 }
 
 TEST_F(PrepareTest, OutputIsIdenticalForAnyThreadCountAndSplitIsStable) {

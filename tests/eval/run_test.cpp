@@ -235,6 +235,43 @@ TEST_F(RunFolder, NllTrainedWellBelowTwin) {
   EXPECT_EQ(w0["tokens"].size() - w0["first_target"].get<size_t>(), w0["nll"].size());
 }
 
+// Issue 21: a smaller evaluation never replaces a larger one in eval/nll.json (which the report and
+// model card read); every evaluation is kept in its own file named by its configuration.
+TEST_F(RunFolder, SmallerNllKeepsTheLargerInEvalAndEachConfigurationItsFile) {
+  // A private copy: other tests write the shared run's eval/ (maybe in parallel).
+  const std::string copy = dir() + "/runs/evalfiles_" + std::to_string(::getpid());
+  fs::remove_all(copy);
+  fs::copy(run(), copy, fs::copy_options::recursive);
+  fs::remove_all(copy + "/eval");
+  NllOptions o;
+  o.run.run = copy;
+  o.data = shards();
+  o.langs = {"bn"};
+  o.max_tokens = 600;
+  LM_ASSERT_OK(run_nll(o).status());
+  auto big = read_json_file(copy + "/eval/nll.json");
+  LM_ASSERT_OK(big.status());
+  const std::string big_file = (*big)["evaluation"]["file"];
+  EXPECT_NE(big_file.find("nll-step"), std::string::npos) << big_file;
+  o.max_tokens = 100;
+  LM_ASSERT_OK(run_nll(o).status());
+  auto now = read_json_file(copy + "/eval/nll.json");
+  LM_ASSERT_OK(now.status());
+  EXPECT_EQ((*now)["evaluation"]["file"], big_file) << "a 100-token evaluation replaced the 600-token one";
+  EXPECT_EQ((*now)["languages"], (*big)["languages"]);
+  int files = 0;
+  for (const auto& e : fs::directory_iterator(copy + "/eval"))
+    files += e.path().filename().string().rfind("nll-step", 0) == 0;
+  EXPECT_GE(files, 2) << "each configuration keeps its own file";
+  // A larger one takes its place.
+  o.max_tokens = 0;
+  LM_ASSERT_OK(run_nll(o).status());
+  now = read_json_file(copy + "/eval/nll.json");
+  LM_ASSERT_OK(now.status());
+  EXPECT_GT((*now)["evaluation"]["scored"].get<int64_t>(), (*big)["evaluation"]["scored"].get<int64_t>());
+  fs::remove_all(copy);
+}
+
 // --text and a sliding window: each token gets more context, so NLL does not go up (much).
 TEST_F(RunFolder, NllTextSlidingWindow) {
   NllOptions o;

@@ -25,6 +25,7 @@
 
 namespace {
 namespace fs = std::filesystem;
+using lm::Json;
 
 const std::string kLmtrain = LM_BINARY_DIR "/app/lmtrain";
 const std::string kLmeval = LM_BINARY_DIR "/app/lmeval";
@@ -213,7 +214,8 @@ class BadInput : public ::testing::Test {
     return lmtrain(v, fsize);
   }
   Result prepare(const std::string& corpus) {
-    return lmtrain({"prepare", "--corpus", corpus, "--tokenizer", w("tok"), "--out", w("shards")});
+    // --force: these tests write over the copied shards on purpose (a refused corpus must leave them).
+    return lmtrain({"prepare", "--corpus", corpus, "--tokenizer", w("tok"), "--out", w("shards"), "--force"});
   }
   std::string latest_of(const std::string& run) const {
     std::string s = slurp(ws() / run / "latest");
@@ -256,7 +258,7 @@ TEST_F(BadInput, CorpusEmpty) {
   const Snapshot before = snapshot(ws());
   EXPECT_BAD_INPUT(prepare(corpus), "corpus.json", "no documents");
   expect_unchanged(before, ws());
-  EXPECT_BAD_INPUT(lmtrain({"tokenizer", "--corpus", corpus, "--vocab-size", "400", "--out", w("tok")}),
+  EXPECT_BAD_INPUT(lmtrain({"tokenizer", "--corpus", corpus, "--vocab-size", "400", "--out", w("tok"), "--force"}),
                    "no text");
   expect_unchanged(before, ws());
 }
@@ -267,7 +269,7 @@ TEST_F(BadInput, CorpusInvalidUtf8NamesFileAndLine) {
   const Snapshot before = snapshot(ws());
   EXPECT_BAD_INPUT(prepare(corpus), "bad.txt:2", "UTF-8");
   expect_unchanged(before, ws());
-  EXPECT_BAD_INPUT(lmtrain({"tokenizer", "--corpus", corpus, "--vocab-size", "400", "--out", w("tok")}),
+  EXPECT_BAD_INPUT(lmtrain({"tokenizer", "--corpus", corpus, "--vocab-size", "400", "--out", w("tok"), "--force"}),
                    "bad.txt:2", "UTF-8");
   expect_unchanged(before, ws());
 }
@@ -300,7 +302,7 @@ TEST_F(BadInput, BadLineLateInTheCorpusLeavesExistingShardsAlone) {
                       {"paths": ["bad.txt"], "format": "lines", "lang": "bn"}]})");
   const Snapshot before = snapshot(ws());
   EXPECT_BAD_INPUT(lmtrain({"prepare", "--corpus", w("corpus/corpus.json"), "--tokenizer", w("tok"), "--out",
-                            w("shards"), "--shard-tokens", "2000"}),
+                            w("shards"), "--shard-tokens", "2000", "--force"}),
                    "bad.txt:2");
   expect_unchanged(before, ws());
 }
@@ -462,7 +464,8 @@ TEST_F(BadCheckpoint, TruncatedFile) {
 TEST_F(BadCheckpoint, FromAnotherPreset) {
   // Resuming the tiny run as `small`.
   Snapshot before = snapshot(ws());
-  EXPECT_BAD_INPUT(fit({"--out", w("run"), "--resume", "--preset", "small"}), "another model config");
+  EXPECT_BAD_INPUT(fit({"--out", w("run"), "--resume", "--preset", "small"}), "model.d_model (--preset small",
+                   "--resume continues the run with its own config.json");
   expect_unchanged(before, ws());
   // A checkpoint folder of a `small` run dropped into the tiny run under the name `latest` holds.
   fs::remove_all(ckpt_);
@@ -484,6 +487,98 @@ TEST_F(BadInput, OutputFolderExistsIsRefusedWithoutResumeOrForce) {
   expect_unchanged(before, ws());
   // And the opposite: --resume where there is no run.
   EXPECT_BAD_INPUT(fit({"--out", w("none"), "--resume"}), "no run to resume");
+  expect_unchanged(before, ws());
+}
+
+// ---- resume = continue the same run (issue 21) ---------------------------------------------------
+
+// The step-9 weights of the uninterrupted reference run.
+std::string ref_weights() {
+  return slurp(shared_ws() / "ref" / "checkpoints" / "step-00000009" / "model.safetensors");
+}
+
+// `fit --out RUN --resume` alone: the run's own preset, config and shards (today it re-applied the
+// defaults: preset small, 200 steps, lr 3e-3), bit-identical to the run that was never stopped.
+TEST_F(BadInput, ResumeWithNoOtherFlagsContinuesTheRunAsStarted) {
+  copy_in("shards"); copy_in("tok"); copy_in("run.json");
+  ASSERT_EQ(fit({"--out", w("run"), "--stop-at-step", "6"}).rc, 0);
+  Result r = lmtrain({"fit", "--out", w("run"), "--resume"});
+  ASSERT_EQ(r.rc, 0) << r.err;
+  EXPECT_EQ(latest_of("run"), "step-00000009");
+  EXPECT_EQ(slurp(ws() / "run" / "checkpoints" / "step-00000009" / "model.safetensors"), ref_weights());
+  const Json cfg = Json::parse(slurp(ws() / "run" / "config.json"));
+  EXPECT_EQ(cfg["train"]["steps"], 9);
+  EXPECT_EQ(cfg["model"]["preset"], "tiny");
+}
+
+// Flags that would change the run are refused, each named with the run's value and the new one.
+TEST_F(BadCheckpoint, ResumeRefusesFlagsThatChangeTheRunNamingEach) {
+  const Snapshot before = snapshot(ws());
+  Result r = resume({"--lr", "0.01", "--micro-batch", "4"});
+  EXPECT_BAD_INPUT(r, "train.lr (--lr", "the run has 0.003, now 0.01", "train.micro_batch (--micro-batch",
+                   "the run has 2, now 4", "--resume continues the run with its own config.json");
+  expect_unchanged(before, ws());
+}
+
+// A finished run says so and exits 0 (today: "trained 9 steps ... 0 tok/s, final train loss
+// 0.0000"); fewer --steps than done is refused.
+TEST_F(BadInput, ResumeOfAFinishedRunSaysSoAndFewerStepsAreRefused) {
+  copy_in("shards"); copy_in("tok"); copy_in("run.json"); copy_in("ref");
+  const Snapshot before = snapshot(ws());
+  Result r = fit({"--out", w("ref"), "--resume"});
+  EXPECT_EQ(r.rc, 0) << r.err;
+  EXPECT_NE(r.out.find("the run is finished (step 9 of 9); nothing to train"), std::string::npos) << r.out;
+  EXPECT_EQ(r.out.find("trained"), std::string::npos) << r.out;
+  expect_unchanged(before, ws());
+  EXPECT_BAD_INPUT(fit({"--out", w("ref"), "--resume", "--steps", "5"}), "train.steps 5 is fewer than the 9 steps");
+  expect_unchanged(before, ws());
+}
+
+// Killed before the first checkpoint: --resume starts from step 0 (today both --resume and a
+// plain start refused, each pointing at the other).
+TEST_F(BadInput, ResumeWithoutACheckpointStartsFromStepZero) {
+  copy_in("shards"); copy_in("tok"); copy_in("run.json"); copy_in("run");
+  fs::remove_all(ws() / "run" / "checkpoints");
+  fs::remove(ws() / "run" / "latest");
+  Result r = fit({"--out", w("run"), "--resume"});
+  ASSERT_EQ(r.rc, 0) << r.err;
+  EXPECT_EQ(slurp(ws() / "run" / "checkpoints" / "step-00000009" / "model.safetensors"), ref_weights());
+}
+
+// Continued pretraining on other shards is the named option --allow-new-data; without it the
+// shards must be the run's own (found by content: a moved copy is fine).
+TEST_F(BadInput, ResumeOnNewShardsNeedsAllowNewData) {
+  copy_in("shards"); copy_in("tok"); copy_in("run.json"); copy_in("ref");
+  std::string text;
+  for (int i = 0; i < 300; ++i) text += "line " + std::to_string(i) + " of another corpus, with more words in it\n";
+  const std::string corpus = corpus_with(ws() / "corpus2", "more.txt", text.c_str());
+  ASSERT_EQ(lmtrain({"prepare", "--corpus", corpus, "--tokenizer", w("tok"), "--out", w("shards2"),
+                     "--val-fraction", "0.1"}).rc, 0);
+  const std::vector<std::string> cont = {"fit", "--out", w("ref"), "--resume", "--data", w("shards2"), "--steps", "12"};
+  const Snapshot before = snapshot(ws());
+  EXPECT_BAD_INPUT(lmtrain(cont), "not the shards this run trains on", "--allow-new-data");
+  expect_unchanged(before, ws());
+  std::vector<std::string> allowed = cont;
+  allowed.push_back("--allow-new-data");
+  Result r = lmtrain(allowed);
+  ASSERT_EQ(r.rc, 0) << r.err;
+  EXPECT_EQ(latest_of("ref"), "step-00000012");
+  const Json cfg = Json::parse(slurp(ws() / "ref" / "config.json"));
+  EXPECT_EQ(cfg["train"]["steps"], 12);
+  EXPECT_EQ(cfg["data"]["shards"], w("shards2"));
+  EXPECT_EQ(cfg["data"]["earlier_shards"].size(), 1u) << cfg.dump();
+}
+
+// ---- no silent overwrite (issue 21) ----------------------------------------------------------
+
+TEST_F(BadInput, TokenizerAndPrepareRefuseAnExistingOutputWithoutForce) {
+  copy_in("tok"); copy_in("shards");
+  const Snapshot before = snapshot(ws());
+  EXPECT_BAD_INPUT(lmtrain({"tokenizer", "--corpus", kSampleCorpus, "--vocab-size", "400", "--out", w("tok")}),
+                   w("tok") + ": already holds a tokenizer", "--force");
+  expect_unchanged(before, ws());
+  EXPECT_BAD_INPUT(lmtrain({"prepare", "--corpus", kSampleCorpus, "--tokenizer", w("tok"), "--out", w("shards")}),
+                   w("shards") + ": already holds shards", "--force");
   expect_unchanged(before, ws());
 }
 
@@ -521,10 +616,13 @@ TEST_F(DiskFull, FileSizeLimitDuringCheckpointWrite) {
   const auto model_size = fs::file_size(run / "checkpoints" / "step-00000006" / "model.safetensors");
   Result r = fit({"--out", run.string(), "--resume"}, model_size / 2);
   EXPECT_BAD_INPUT(r, "step-00000009.tmp/model.safetensors", "File too large", "step-00000006 (untouched");
-  // metrics.jsonl grew by the lines of steps 7-9 (cut back on resume); nothing else changed.
+  // metrics.jsonl grew by the lines of steps 7-9 (cut back on resume); config.json records where
+  // the shards now are (the workspace was built elsewhere and copied); nothing else changed.
   Snapshot b = before, now = snapshot(ws());
-  b.erase("run/metrics.jsonl");
-  now.erase("run/metrics.jsonl");
+  for (const char* f : {"run/metrics.jsonl", "run/config.json"}) {
+    b.erase(f);
+    now.erase(f);
+  }
   EXPECT_EQ(b, now);
   expect_previous_intact_and_resume_exact(ckpt6, run);
 }

@@ -207,6 +207,35 @@ TEST(TokenizerTrain, LongBengaliLineIsKept) {
   fs::remove_all(d);
 }
 
+// The tokenizer's identity is its content (issue 21): `--out tok8k/` and a deeper `tok8k` give the
+// same spm.model bytes and hash as the shared one (a third folder), and the model loads and encodes
+// the same. (Before, spm.model held the --out path of the rule file.)
+TEST_F(TrainedTokenizer, HashIsIndependentOfTheOutputFolder) {
+  auto m = lm::data::load_manifest(kSample + "/corpus.json");
+  ASSERT_TRUE(m.ok()) << m.status();
+  TrainOptions o;
+  o.vocab_size = 2000;
+  o.sample_chars = 300000;
+  o.threads = 2;
+  auto sample = build_sample(*m, o);
+  ASSERT_TRUE(sample.ok()) << sample.status();
+  const std::string d = tmp_dir("portable");
+  std::vector<std::string> hashes;
+  for (const std::string& out : {d + "/tok8k/", d + "/elsewhere/deeper/tok8k"}) {
+    SampleSummary summary = sample->summary;
+    auto tok = train_tokenizer(*sample, o, out, &summary);
+    ASSERT_TRUE(tok.ok()) << tok.status();
+    hashes.push_back(tok->hash());
+    auto bytes = lm::read_file(out + "/spm.model");
+    ASSERT_TRUE(bytes.ok());
+    EXPECT_EQ(bytes->find(d), std::string::npos) << "spm.model still names its folder";
+    EXPECT_EQ(tok->encode("আমার সোনার বাংলা, hello"), tok_->encode("আমার সোনার বাংলা, hello"));
+  }
+  EXPECT_EQ(hashes[0], tok_->hash());
+  EXPECT_EQ(hashes[1], hashes[0]);
+  fs::remove_all(d);
+}
+
 TEST(TokenizerTrain, SplitLongLinePrefersSentenceEnds) {
   std::vector<std::string> out;
   EXPECT_EQ(split_long_line("short", 300, &out), 1);

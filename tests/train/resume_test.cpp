@@ -1,0 +1,193 @@
+// Resume = continue the same run (issue 21, point 1): config.json is the truth; what may change.
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <sstream>
+
+#include "absl/strings/str_format.h"
+#include "core/config.h"
+#include "core/file.h"
+#include "core/log.h"
+#include "core/run_folder.h"
+#include "model/safetensors.h"
+#include "train/checkpoint.h"
+#include "train/resume.h"
+#include "train/trainer.h"
+#include "tests/train/synthetic_source.h"
+
+namespace lm::train {
+namespace {
+namespace fs = std::filesystem;
+
+fs::path temp_run(const std::string& name) {
+  auto p = fs::temp_directory_path() / ("lm_resume_test_" + std::to_string(getpid())) / name;
+  fs::remove_all(p);
+  return p;
+}
+
+FitRequest tiny(const fs::path& dir, int64_t steps) {
+  FitRequest r;
+  r.run_dir = dir.string();
+  r.model = *model::preset("tiny");
+  r.train.steps = steps;
+  r.train.micro_batch = 4;
+  r.train.seq_len = 32;
+  r.train.warmup_steps = 3;
+  r.train.log_interval = 1;
+  r.train.eval_interval = 0;
+  r.train.checkpoint_interval = 5;
+  r.train.threads = 2;
+  r.tokenizer_hash = "tok-test";
+  return r;
+}
+
+absl::StatusOr<FitSummary> fit_on_synthetic(const FitRequest& r) {
+  testing::SyntheticSource src(r.train.micro_batch, r.train.seq_len + 1, r.model.vocab_size);
+  return fit(r, src, {});
+}
+
+std::vector<Json> metrics_of(const FitRequest& r) { return *read_metrics(r.run_dir + "/metrics.jsonl"); }
+
+class ResumeTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    init_output(/*quiet=*/true);
+    run_.steps = 40;
+    ASSERT_TRUE(resolve(run_, model_).ok());
+  }
+  model::ModelConfig model_ = *model::preset("tiny");
+  TrainConfig run_;
+  SourceOf by_flag_ = [](const std::string& f) { return f == "train.lr" ? std::string("--lr") : std::string(); };
+};
+
+// Every field that defines the run is named with both values, in one message.
+TEST_F(ResumeTest, RefusesEachChangeThatWouldAlterTheRun) {
+  TrainConfig now = run_;
+  now.lr = 1e-3;
+  now.micro_batch = 4;
+  model::ModelConfig m = model_;
+  m.d_ff = 96;
+  auto plan = plan_resume(model_, run_, m, now, 10, 1, by_flag_);
+  ASSERT_FALSE(plan.ok());
+  const std::string msg(plan.status().message());
+  for (const char* want : {"train.lr (--lr): the run has 0.003, now 0.001", "train.micro_batch: the run has 8, now 4",
+                           "model.d_ff", "--resume continues the run with its own config.json"})
+    EXPECT_NE(msg.find(want), std::string::npos) << want << " in: " << msg;
+  EXPECT_EQ(msg.find("train.steps"), std::string::npos) << "unchanged fields are not listed: " << msg;
+}
+
+// Knobs of this invocation change freely; the same config is a plain continuation.
+TEST_F(ResumeTest, InvocationKnobsMayChange) {
+  TrainConfig now = run_;
+  now.threads = 7;
+  now.stop_at_step = 30;
+  now.device = "cuda";
+  now.checkpoint_interval = 3;
+  auto plan = plan_resume(model_, run_, model_, now, 10, 1, by_flag_);
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  EXPECT_TRUE(plan->notes.empty());
+  EXPECT_FALSE(plan->finished);
+  EXPECT_EQ(plan->changes.size(), 4u);
+  auto same = plan_resume(model_, run_, model_, run_, 10, 1, by_flag_);
+  ASSERT_TRUE(same.ok());
+  EXPECT_TRUE(same->changes.empty());
+}
+
+// The budget re-plans: the note states the new lr (lr_at over the new total), fewer steps than
+// done is refused, and a run at its last step is finished.
+TEST_F(ResumeTest, BudgetReplansRefusesBelowDoneAndKnowsFinished) {
+  TrainConfig now = run_;
+  now.steps = 80;
+  auto plan = plan_resume(model_, run_, model_, now, 40, 1, by_flag_);
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  ASSERT_EQ(plan->notes.size(), 1u);
+  const std::string note = plan->notes[0];
+  EXPECT_NE(note.find("40 -> 80 steps (extended)"), std::string::npos) << note;
+  EXPECT_NE(note.find(absl::StrFormat("lr at step 41 is %.4g", lr_at(now, 40))), std::string::npos) << note;
+  // Cosine re-planned over 80 steps: at step 41 the lr is back near the middle of the curve.
+  EXPECT_GT(lr_at(now, 40), 5 * lr_at(run_, 39));
+  now.steps = 30;
+  auto fewer = plan_resume(model_, run_, model_, now, 35, 1, by_flag_);
+  ASSERT_FALSE(fewer.ok());
+  EXPECT_NE(std::string(fewer.status().message()).find("fewer than the 35 steps the run has already done"),
+            std::string::npos) << fewer.status();
+  auto done = plan_resume(model_, run_, model_, run_, 40, 1, by_flag_);
+  ASSERT_TRUE(done.ok());
+  EXPECT_TRUE(done->finished);
+}
+
+// Killed before its first checkpoint: --resume starts over from step 0 (and matches a run that
+// was never interrupted), instead of "no checkpoint yet ... start without --resume".
+TEST_F(ResumeTest, RunWithoutCheckpointResumesFromStepZero) {
+  auto ref = tiny(temp_run("ref0"), 8);
+  auto sr = fit_on_synthetic(ref);
+  ASSERT_TRUE(sr.ok()) << sr.status();
+  auto r = tiny(temp_run("nockpt"), 8);
+  r.train.inject_nan_step = 2;  // stops at step 3, before the first checkpoint (step 5)
+  ASSERT_FALSE(fit_on_synthetic(r).ok());
+  ASSERT_TRUE(fs::exists(r.run_dir + "/config.json"));
+  ASSERT_FALSE(fs::exists(r.run_dir + "/latest"));
+  r.train.inject_nan_step = -1;
+  r.resume = true;
+  auto s = fit_on_synthetic(r);
+  ASSERT_TRUE(s.ok()) << s.status();
+  EXPECT_EQ(s->start_step, 0);
+  EXPECT_EQ(s->steps, 8);
+  EXPECT_EQ(s->losses, sr->losses);
+  EXPECT_EQ(metrics_of(r).size(), 8u) << "the lines of the failed attempt are cut";
+}
+
+// An extended run follows lr_at over the new total from the resume step on, and config.json
+// then holds the new budget (the report and the next resume read it).
+TEST_F(ResumeTest, ExtendedRunFollowsTheReplannedScheduleAndRecordsIt) {
+  auto r = tiny(temp_run("extend"), 10);
+  ASSERT_TRUE(fit_on_synthetic(r).ok());
+  r.resume = true;
+  r.train.steps = 16;
+  auto s = fit_on_synthetic(r);
+  ASSERT_TRUE(s.ok()) << s.status();
+  EXPECT_EQ(s->start_step, 10);
+  EXPECT_EQ(s->steps, 16);
+  TrainConfig want = r.train;
+  ASSERT_TRUE(resolve(want, r.model).ok());
+  const auto rows = metrics_of(r);
+  ASSERT_EQ(rows.size(), 16u);
+  for (const Json& row : rows) {
+    const int64_t step = row["step"].get<int64_t>();
+    TrainConfig plan = want;
+    plan.steps = step <= 10 ? 10 : 16;  // the old plan up to the resume, the new one after
+    EXPECT_DOUBLE_EQ(row["lr"].get<double>(), lr_at(plan, step - 1)) << "step " << step;
+  }
+  auto cfg = read_json_file(r.run_dir + "/config.json");
+  ASSERT_TRUE(cfg.ok());
+  EXPECT_EQ((*cfg)["train"]["steps"], 16);
+}
+
+// At its last step a resume trains nothing and says so.
+TEST_F(ResumeTest, FinishedRunSummarySaysNothingToTrain) {
+  auto r = tiny(temp_run("finished"), 5);
+  ASSERT_TRUE(fit_on_synthetic(r).ok());
+  r.resume = true;
+  auto s = fit_on_synthetic(r);
+  ASSERT_TRUE(s.ok()) << s.status();
+  EXPECT_NE(s->summary().find("nothing to train"), std::string::npos) << s->summary();
+  EXPECT_EQ(s->summary().find("tok/s"), std::string::npos) << s->summary();
+}
+
+// Continued pretraining: the data cursor is not restored, weights/optimizer/step are.
+TEST_F(ResumeTest, NewDataKeepsTheStepButStartsTheDataOrderFresh) {
+  auto r = tiny(temp_run("newdata"), 10);
+  ASSERT_TRUE(fit_on_synthetic(r).ok());
+  r.resume = true;
+  r.new_data = true;
+  r.train.steps = 12;
+  testing::SyntheticSource src(r.train.micro_batch, r.train.seq_len + 1, r.model.vocab_size);
+  auto s = fit(r, src, {});
+  ASSERT_TRUE(s.ok()) << s.status();
+  EXPECT_EQ(s->start_step, 10);
+  EXPECT_EQ(src.cursor()["call"], 2) << "the new data is read from its start";
+}
+
+}  // namespace
+}  // namespace lm::train
