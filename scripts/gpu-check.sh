@@ -20,7 +20,7 @@ ROOT=$PWD
 DEVICE=cuda; BUILD=""; DEPS=.gpu-deps; OUT=${OUT:-gpu-out}
 DEBS="libsentencepiece-dev libsentencepiece0 libabsl-dev libabsl20220623 libcli11-dev nlohmann-json3-dev
   libicu-dev libicu72 zlib1g-dev libbz2-dev libzstd-dev liblzma-dev libgtest-dev libgmock-dev pkgconf pkgconf-bin
-  libpkgconf3"
+  libpkgconf3 libgloo-dev"
 while [ $# -gt 0 ]; do
   case $1 in
     --device) DEVICE=$2; shift 2 ;;
