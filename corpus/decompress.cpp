@@ -97,10 +97,6 @@ class Zstd : public ByteStream {
   }
 
  private:
-  int64_t fail(const char* why) {
-    error_ = why;
-    return -1;
-  }
   FileIn in_;
   ZSTD_DStream* ctx_;
   bool pending_ = false;
@@ -140,10 +136,6 @@ class Bzip2 : public ByteStream {
   }
 
  private:
-  int64_t fail(const char* why) {
-    error_ = why;
-    return -1;
-  }
   FileIn in_;
   bz_stream s_{};
   bool ok_ = false, ended_ = false;
@@ -185,10 +177,6 @@ class Xz : public ByteStream {
   }
 
  private:
-  int64_t fail(const char* why) {
-    error_ = why;
-    return -1;
-  }
   FileIn in_;
   lzma_stream s_ = LZMA_STREAM_INIT;
   bool ok_ = false, done_ = false;

@@ -28,6 +28,10 @@ class ByteStream {
   const std::string& format() const { return format_; }
 
  protected:
+  int64_t fail(const char* why) {  // read()'s error return
+    error_ = why;
+    return -1;
+  }
   std::string error_;
   std::string format_;
 };
