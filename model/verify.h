@@ -26,10 +26,13 @@ struct GradFlowReport {
 GradFlowReport check_gradient_flow(Transformer& model, int64_t batch, int64_t seq, uint64_t seed);
 
 struct EquivalenceReport {
-  double max_abs_out = 0;   // forward output
-  double max_abs_grad = 0;  // dL/dq, dL/dk, dL/dv
+  // Relative errors, max |fused - reference| / max |reference|, as the fast-path registry measures:
+  // a bf16 gradient of magnitude ~1 carries an absolute error of ~1e-2 (seen on an H200: flash and
+  // cuDNN at 3.1e-2 absolute, 7.9e-3 relative), so an absolute bound fails correct kernels.
+  double out_err = 0;   // forward output
+  double grad_err = 0;  // dL/dq, dL/dk, dL/dv (the largest of the three)
   double tolerance = 0;
-  bool ok() const { return max_abs_out <= tolerance && max_abs_grad <= tolerance; }
+  bool ok() const { return out_err <= tolerance && grad_err <= tolerance; }
   std::string summary() const;
 };
 
