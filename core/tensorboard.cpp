@@ -93,10 +93,15 @@ absl::StatusOr<TensorBoardWriter> TensorBoardWriter::open(const std::string& dir
   gethostname(host, sizeof host - 1);
   const double secs = unix_seconds();
   TensorBoardWriter w;
-  w.path_ = absl::StrCat(dir, "/events.out.tfevents.", static_cast<int64_t>(secs), ".", host, ".", getpid(),
-                         ".lmforge");
-  w.file_ = std::fopen(w.path_.c_str(), "wbx");  // x: never append to or replace another writer's file
-  if (!w.file_) return errno_status("open", w.path_, "nothing was written");
+  const std::string base = absl::StrCat(dir, "/events.out.tfevents.", static_cast<int64_t>(secs), ".", host, ".",
+                                        getpid(), ".lmforge");
+  // x: never append to or replace another writer's file. A second start in the same second and
+  // process (a resume right after a stop) takes base.1, base.2, ...: they sort after base, in order.
+  for (int n = 0; !w.file_; ++n) {
+    w.path_ = n == 0 ? base : absl::StrCat(base, ".", n);
+    w.file_ = std::fopen(w.path_.c_str(), "wbx");
+    if (!w.file_ && (errno != EEXIST || n >= 100)) return errno_status("open", w.path_, "nothing was written");
+  }
   LM_RETURN_IF_ERROR(w.write_record(event(secs, 0, 3, "brain.Event:2")));
   LM_RETURN_IF_ERROR(w.flush());
   return w;
