@@ -187,6 +187,24 @@ absl::Status check_resume_data(const FitOptions& o, const ResumeBase& base, trai
   return absl::OkStatus();
 }
 
+// Device and ranks: auto device/dtype resolved and said in the first lines (TF32 set process-wide),
+// this rank's GPU (cuda:LOCAL_RANK) made current before any other CUDA call, then the process
+// group when launched as several ranks (NCCL for cuda when LibTorch has it, Gloo for cpu).
+absl::StatusOr<std::unique_ptr<train::Comm>> set_up_device(const FitOptions& o, const train::DistEnv& env,
+                                                           train::TrainConfig& tc) {
+  const std::string hardware = train::resolve_hardware(tc, torch::cuda::is_available());
+  if (tc.device == "cuda") train::set_tf32(tc.tf32);
+  if (env.rank == 0) log_info("%s", hardware);
+  LM_ASSIGN_OR_RETURN(const torch::Device dev,
+                      train::rank_device(env, tc.device == "cuda" ? torch::kCUDA : torch::kCPU));
+  std::unique_ptr<train::Comm> comm;
+  if (env.active()) {
+    LM_ASSIGN_OR_RETURN(comm, train::Comm::connect(env, dev, std::chrono::seconds(o.dist_timeout_s)));
+    if (env.rank != 0) init_output(/*quiet=*/true);  // only rank 0 talks to people
+  }
+  return comm;
+}
+
 }  // namespace
 
 absl::Status run_fit(const FitOptions& o) {
@@ -206,20 +224,7 @@ absl::Status run_fit(const FitOptions& o) {
   }
   LM_ASSIGN_OR_RETURN(RunFile rf, requested_config(o, base ? &*base : nullptr));
   auto& tc = rf.train;
-  // auto device/dtype before rank_device; said in the first lines, with TF32 set process-wide.
-  const std::string hardware = train::resolve_hardware(tc, torch::cuda::is_available());
-  if (tc.device == "cuda") train::set_tf32(tc.tf32);
-  if (env.rank == 0) log_info("%s", hardware);
-  // This rank's GPU (cuda:LOCAL_RANK) becomes the current device before any other CUDA call.
-  LM_ASSIGN_OR_RETURN(const torch::Device dev,
-                      train::rank_device(env, tc.device == "cuda" ? torch::kCUDA : torch::kCPU));
-  std::unique_ptr<train::Comm> comm;
-  if (env.active()) {
-    // The device picks the backend: NCCL for cuda (when LibTorch has it), Gloo for cpu.
-    LM_ASSIGN_OR_RETURN(comm, train::Comm::connect(env, dev, std::chrono::seconds(o.dist_timeout_s)));
-    // Only rank 0 talks to people.
-    if (env.rank != 0) init_output(/*quiet=*/true);
-  }
+  LM_ASSIGN_OR_RETURN(std::unique_ptr<train::Comm> comm, set_up_device(o, env, tc));
 
   const std::string data_dir = o.data.empty() && base ? base->data.value("shards", "") : o.data;
   LM_ASSIGN_OR_RETURN(data::ShardSet set, data::ShardSet::open(data_dir));
