@@ -26,26 +26,16 @@ fs::path temp_run(const std::string& name) {
   return p;
 }
 
+// Every step logged, a checkpoint every 5: the resume points these tests need.
 FitRequest tiny(const fs::path& dir, int64_t steps) {
-  FitRequest r;
-  r.run_dir = dir.string();
-  r.model = *model::preset("tiny");
-  r.train.steps = steps;
-  r.train.micro_batch = 4;
-  r.train.seq_len = 32;
+  FitRequest r = testing::tiny_request(dir, steps);
   r.train.warmup_steps = 3;
   r.train.log_interval = 1;
-  r.train.eval_interval = 0;
   r.train.checkpoint_interval = 5;
-  r.train.threads = 2;
-  r.tokenizer_hash = "tok-test";
   return r;
 }
 
-absl::StatusOr<FitSummary> fit_on_synthetic(const FitRequest& r) {
-  testing::SyntheticSource src(r.train.micro_batch, r.train.seq_len + 1, r.model.vocab_size);
-  return fit(r, src, {});
-}
+const auto fit_on_synthetic = testing::fit_synthetic;
 
 std::vector<Json> metrics_of(const FitRequest& r) { return *read_metrics(r.run_dir + "/metrics.jsonl"); }
 

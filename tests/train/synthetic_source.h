@@ -4,6 +4,7 @@
 // s*B*W ... (s+1)*B*W-1 and rank r reads [r*B, (r+1)*B) of them.
 #pragma once
 
+#include <filesystem>
 #include <vector>
 
 #include "train/trainer.h"
@@ -42,5 +43,29 @@ class SyntheticSource : public BatchSource {
   int rank_, world_;
   int64_t call_ = 0;
 };
+
+// The trainer tests' run: the `tiny` preset, 4 x 32 tokens per step on 2 threads, a log line
+// every 5 steps, a checkpoint every 10, no validation. Tests change what they exercise.
+inline FitRequest tiny_request(const std::filesystem::path& dir, int64_t steps) {
+  FitRequest r;
+  r.run_dir = dir.string();
+  r.model = *model::preset("tiny");
+  r.train.steps = steps;
+  r.train.micro_batch = 4;
+  r.train.seq_len = 32;
+  r.train.warmup_steps = 5;
+  r.train.log_interval = 5;
+  r.train.eval_interval = 0;
+  r.train.checkpoint_interval = 10;
+  r.train.threads = 2;
+  r.tokenizer_hash = "tok-test";
+  return r;
+}
+
+// fit() on a fresh SyntheticSource shaped for the request (one rank).
+inline absl::StatusOr<FitSummary> fit_synthetic(const FitRequest& r) {
+  SyntheticSource src(r.train.micro_batch, r.train.seq_len + 1, r.model.vocab_size);
+  return fit(r, src, {});
+}
 
 }  // namespace lm::train::testing

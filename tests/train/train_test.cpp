@@ -27,26 +27,8 @@ fs::path temp_run(const std::string& name) {
   return p;
 }
 
-FitRequest tiny_request(const fs::path& dir, int64_t steps) {
-  FitRequest r;
-  r.run_dir = dir.string();
-  r.model = *model::preset("tiny");
-  r.train.steps = steps;
-  r.train.micro_batch = 4;
-  r.train.seq_len = 32;
-  r.train.warmup_steps = 5;
-  r.train.log_interval = 5;
-  r.train.eval_interval = 0;
-  r.train.checkpoint_interval = 10;
-  r.train.threads = 2;
-  r.tokenizer_hash = "tok-test";
-  return r;
-}
-
-absl::StatusOr<FitSummary> run_fit(const FitRequest& r) {
-  SyntheticSource src(r.train.micro_batch, r.train.seq_len + 1, r.model.vocab_size);
-  return fit(r, src, {});
-}
+using testing::tiny_request;
+const auto run_fit = testing::fit_synthetic;
 
 std::vector<torch::Tensor> weights_of(const std::string& ckpt) {
   auto f = model::load_safetensors(ckpt + "/model.safetensors");
