@@ -297,10 +297,12 @@ absl::Status Trainer::open_metrics() {
   if (!metrics_) return stream_error(metrics_path_);
   // TensorBoard files are a view of metrics.jsonl: a failure to write them warns, never stops a run.
   auto tb = TensorBoardWriter::open(RunFolder(req_.run_dir).tensorboard());
-  if (tb.ok() && (step_ == 0 || tb->mark_start(step_ + 1, unix_seconds()).ok()))
+  absl::Status st = tb.status();
+  if (st.ok() && step_ > 0) st = tb->mark_start(step_ + 1, unix_seconds());  // a resume: see mark_start
+  if (st.ok())
     tensorboard_ = std::make_unique<TensorBoardWriter>(*std::move(tb));
   else
-    log_warn("TensorBoard events not written: %s", tb.ok() ? tb->path() : tb.status().ToString());
+    log_warn("TensorBoard events not written: %s", st.ToString());
   return absl::OkStatus();
 }
 
