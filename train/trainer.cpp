@@ -465,6 +465,10 @@ absl::Status Trainer::handle_non_finite(StepResult& r, const std::string& culpri
                                            r.step, std::isfinite(r.loss) ? "gradient" : "loss", r.loss,
                                            r.grad_norm, culprit);
   if (nan_skipped_ >= tc_.nan_skip_limit) {
+    // A checkpoint still being written in the background is the last good one once it lands.
+    if (writer_) {
+      if (auto w = writer_->wait(); !w.ok()) log_warn("the checkpoint in flight failed: %s", w.ToString());
+    }
     std::string last = "none yet";
     auto latest = latest_checkpoint(req_.run_dir);
     if (latest.ok()) last = *latest;
