@@ -93,7 +93,9 @@ absl::Status run_demo(const DemoOptions& o) {
     return absl::AlreadyExistsError(o.out + ": exists and was not made by 'lmtrain demo'; pick another --out");
   }
   std::error_code ec;
-  for (const char* sub : {"tok", "shards", "runs"}) fs::remove_all(out / sub, ec);  // a fresh demo each time
+  for (const char* sub : {"tok", "shards", "runs"}) {  // a fresh demo each time
+    LM_RETURN_IF_ERROR(remove_tree((out / sub).string()));
+  }
   fs::create_directories(out, ec);
   LM_RETURN_IF_ERROR(write_file_atomic(marker.string(), "made by lmtrain demo\n"));
 

@@ -14,6 +14,7 @@
 #include <filesystem>
 #include <random>
 
+#include "core/file.h"
 #include "core/config.h"
 #include "runtime/runtime.h"
 #include "data/sampler.h"
@@ -148,6 +149,6 @@ int main(int argc, char** argv) {
              {"loader_share", share},      {"threads", n_threads},
              {"checksum", checksum}};
   std::printf("%s\n", j.dump().c_str());
-  if (!tmp.empty()) fs::remove_all(tmp);
+  if (!tmp.empty()) (void)lm::remove_tree(tmp.string());
   return 0;
 }

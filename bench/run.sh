@@ -55,6 +55,13 @@ for dt in "${dtypes[@]}"; do
       [[ "$compiled" == 1 ]] && "$py" "$peer" --compile --mode "$mode" --dtype "$dt" "${shape[@]}" | tail -1 >> "$lines"
     done
   done
+  # lmeval nll's own path (windows + batched scorer) at the same shape; lmeval runs fp32 on a CPU.
+  if [[ "$dt" == fp32 ]]; then
+    for ((r = 1; r <= rounds; r++)); do
+      echo "  $dt nll (lmeval's scorer) round $r/$rounds" >&2
+      "$bench" --mode nll --dtype "$dt" "${shape[@]}" | tail -1 >> "$lines"
+    done
+  fi
 done
 # The loader (sampler batches/s and its share of this shape's training step) and the tokenizer
 # (encode MB/s and chars/token per language on the bundled sample corpus, with a tokenizer

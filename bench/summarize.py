@@ -2,7 +2,7 @@
 """Turns bench/run.sh's JSON lines into results/<date>-<label>.json and a Markdown table.
 
 MFU = tokens/s x FLOPs per token / the matmul ceiling measured at the start of the same run
-(train: 6N + 12·L·T·d; forward: a third of it, 2N + 4·L·T·d). Medians over the rounds.
+(train: 6N + 12·L·T·d; forward and nll: a third of it, 2N + 4·L·T·d). Medians over the rounds.
 """
 import json
 import statistics
@@ -17,19 +17,19 @@ def main(lines_path, out_json, out_md):
             meta.update({k: v for k, v in r.items() if k != "meta"})
     peak = next(r for r in rows if r.get("mode") == "peak")
     impls = ("lmforge", "peer", "peer-compile")
-    runs = [r for r in rows if r.get("impl") in impls and r.get("mode") in ("train", "forward")]
+    runs = [r for r in rows if r.get("impl") in impls and r.get("mode") in ("train", "forward", "nll")]
     extras = [r for r in rows if not r.get("meta") and r not in runs and r is not peak]
     ceil = {"fp32": peak["fp32_flops"], "bf16": peak["bf16_flops"]}
     table = []
     for dtype in ("fp32", "bf16"):
-        for mode in ("train", "forward"):
+        for mode in ("train", "forward", "nll"):
             got = {}
             for impl in impls:
                 rs = [r for r in runs if r["impl"] == impl and r["dtype"] == dtype and r["mode"] == mode]
                 if not rs:
                     continue
                 tps = [r["tokens_per_s"] for r in rs]
-                fpt = rs[0]["flops_per_token"] / (3.0 if mode == "forward" else 1.0)
+                fpt = rs[0]["flops_per_token"] / (1.0 if mode == "train" else 3.0)
                 med = statistics.median(tps)
                 got[impl] = dict(tokens_per_s=med, all=tps, spread=(max(tps) - min(tps)) / med if med else 0,
                                  gflops=med * fpt / 1e9, mfu=med * fpt / ceil[dtype],
@@ -68,6 +68,12 @@ def main(lines_path, out_json, out_md):
                   f"{mfu(l)} | {mfu(p)} | {mfu(c)} | "
                   f"{f(l, 'peak_rss_mb', '%.0f')}/{f(p, 'peak_rss_mb', '%.0f')}/{f(c, 'peak_rss_mb', '%.0f')} | "
                   f"{spread(l)} / {spread(p)} / {spread(c)} |")
+    by = {(t["dtype"], t["mode"]): t.get("lmforge") for t in table}
+    if by.get(("fp32", "nll")) and by.get(("fp32", "train")):
+        n, tr = by[("fp32", "nll")]["tokens_per_s"], by[("fp32", "train")]["tokens_per_s"]
+        md.append("")
+        md.append(f"- evaluation vs training (fp32, the dtype lmeval runs on a CPU): `lmeval nll`'s scorer "
+                  f"{n:.0f} tok/s, the training step {tr:.0f} tok/s: {n / tr:.2f}× per token.")
     for e in extras:
         md.append("")
         md.append(f"- {e.get('bench', e.get('impl', 'extra'))}: " + ", ".join(f"{k} {v}" for k, v in e.items()))

@@ -3,8 +3,10 @@
 // bench/run.sh runs it alternately with the Python PyTorch peer (bench/peer_pytorch.py).
 //
 // Modes: train (lm::train::fit, the real loop: forward, backward, clip, AdamW), forward (the
-// model's loss under NoGrad, as evaluation runs it), peak (the CPU matmul ceiling, fp32 and bf16),
-// config (preset shapes and counts, for check_peer_presets.sh).
+// model's loss under NoGrad), nll (`lmeval nll`'s own path: its windows and batched scorer,
+// per-token log-probs on the host; issue 21 asks evaluation to be as fast as training per token),
+// peak (the CPU matmul ceiling, fp32 and bf16), config (preset shapes and counts, for
+// check_peer_presets.sh).
 #include <CLI/CLI.hpp>
 #include <sys/resource.h>
 #include <unistd.h>
@@ -19,9 +21,12 @@
 
 #include <torch/csrc/autograd/profiler_legacy.h>
 
+#include "core/file.h"
 #include "core/config.h"
 #include "core/log.h"
 #include "core/run_folder.h"
+#include "eval/model_scorer.h"
+#include "eval/nll.h"
 #include "runtime/runtime.h"
 #include "model/config.h"
 #include "model/transformer.h"
@@ -97,6 +102,32 @@ class ShapeProfile {
   std::string path_;
   torch::autograd::profiler::TLSLegacyProfilerGuard guard_;
 };
+// `lmeval nll`'s path on random tokens: non-overlapping windows of `seq` inputs scored `batch` at a
+// time by the model scorer (bf16 weights when asked, as lmeval does on CUDA). One untimed batch
+// first (allocations); returns scored tokens per second and the mean NLL.
+std::pair<double, double> nll_rate(const lm::model::ModelConfig& mc, int64_t batch, int64_t seq, int64_t steps,
+                                   bool bf16) {
+  torch::manual_seed(1234);
+  lm::model::Transformer model(mc);
+  model->eval();
+  if (bf16) model->to(torch::kBFloat16);
+  RandomSource src((steps + 1) * batch * seq + 1, static_cast<int32_t>(mc.vocab_size));
+  std::vector<int32_t> stream;
+  src.next(&stream);
+  auto windows = lm::eval::make_windows(stream, seq, 0);
+  lm::eval::ScorerOptions opts;
+  opts.batch_size = batch;
+  opts.bf16 = bf16;
+  auto scorer = lm::eval::make_model_scorer(model, opts);
+  std::vector<lm::eval::Window> warm(windows.begin(), windows.begin() + batch);
+  (void)lm::eval::score_windows(warm, scorer);
+  std::vector<lm::eval::Window> timed(windows.begin() + batch, windows.end());
+  const auto t0 = std::chrono::steady_clock::now();
+  auto stats = lm::eval::score_windows(timed, scorer);
+  const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  if (!stats.ok()) return {0, 0};
+  return {stats->tokens / s, stats->nats_per_token()};
+}
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -104,7 +135,7 @@ int main(int argc, char** argv) {
   std::string preset = "small", dtype = "fp32", device = "cpu", mode = "train";
   int64_t batch = 8, seq = 256, steps = 20, vocab = 0, n_layers = 0, n_heads = 0, peak_n = 2048;
   int threads = 0;
-  app.add_option("--mode", mode, "train | forward | peak | config");
+  app.add_option("--mode", mode, "train | forward | nll | peak | config");
   app.add_option("--preset", preset);
   app.add_option("--batch", batch);
   app.add_option("--seq", seq);
@@ -149,7 +180,10 @@ int main(int argc, char** argv) {
   double rate = 0, final_loss = 0, first_loss = 0;
   std::unique_ptr<ShapeProfile> prof;
   if (!profile.empty()) prof = std::make_unique<ShapeProfile>(profile);
-  if (mode == "forward") {
+  if (mode == "nll") {
+    std::tie(rate, final_loss) = nll_rate(mc, batch, seq, steps, dtype == "bf16");
+    first_loss = final_loss;
+  } else if (mode == "forward") {
     torch::manual_seed(1234);
     lm::model::Transformer model(mc);
     model->eval();
@@ -184,7 +218,7 @@ int main(int argc, char** argv) {
     RandomSource src(batch * (seq + 1), static_cast<int32_t>(mc.vocab_size));
     auto sum = lm::train::fit(req, src, {});
     rate = steady_rate(lm::RunFolder(req.run_dir).metrics());
-    std::filesystem::remove_all(req.run_dir);
+    (void)lm::remove_tree(req.run_dir);
     if (!sum.ok()) { std::fprintf(stderr, "error: %s\n", std::string(sum.status().message()).c_str()); return 1; }
     final_loss = sum->final_loss;
     first_loss = sum->losses.empty() ? 0 : sum->losses.front();

@@ -2,6 +2,7 @@
 
 #include <dirent.h>
 #include <fcntl.h>
+#include <ftw.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -85,6 +86,35 @@ absl::Status write_file_atomic(const std::string& path, std::string_view data) {
     return st;
   }
   return fsync_dir(std::filesystem::path(path).parent_path().string());
+}
+
+namespace {
+// nftw's callback has no user pointer: the first failure of the walk in progress (one walk at a
+// time per thread).
+thread_local std::string remove_tree_failure;
+
+int remove_entry(const char* path, const struct stat*, int type, struct FTW*) {
+  const int rc = (type == FTW_DP) ? ::rmdir(path) : ::unlink(path);
+  if (rc != 0 && errno != ENOENT) {
+    remove_tree_failure = absl::StrFormat("%s: remove failed: %s", path, std::strerror(errno));
+    return 1;  // stop the walk
+  }
+  return 0;
+}
+}  // namespace
+
+absl::Status remove_tree(const std::string& path) {
+  struct stat st;
+  if (::lstat(path.c_str(), &st) != 0) {
+    return errno == ENOENT ? absl::OkStatus() : errno_status("lstat", path);
+  }
+  remove_tree_failure.clear();
+  // FTW_DEPTH: a folder after its contents; FTW_PHYS: a link is removed, not followed.
+  if (::nftw(path.c_str(), remove_entry, 16, FTW_DEPTH | FTW_PHYS) != 0) {
+    if (!remove_tree_failure.empty()) return absl::InternalError(remove_tree_failure);
+    return errno_status("walk", path);
+  }
+  return absl::OkStatus();
 }
 
 absl::StatusOr<std::string> read_file(const std::string& path) {

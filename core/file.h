@@ -26,6 +26,12 @@ absl::Status write_file_atomic(const std::string& path, std::string_view data);
 absl::Status check_new_output(const std::string& dir, bool force, std::string_view what,
                               std::string_view force_flag = "--force");
 
+// Removes `path` and everything under it (not following symbolic links); a missing path is OK.
+// Our own walk (nftw) instead of std::filesystem::remove_all: the torch wheel's libtorch_cpu.so
+// exports a static copy of std::filesystem (pytorch/pytorch#133437), and a remove_all call bound
+// to it jumped to address 0 (docs/gpu.md). Returns the first failure naming the path.
+absl::Status remove_tree(const std::string& path);
+
 // fsyncs a folder so that a rename inside it is durable.
 absl::Status fsync_dir(const std::string& dir);
 

@@ -44,10 +44,10 @@ absl::Status RunFolder::open(bool resume, bool force) const {
   LM_RETURN_IF_ERROR(check_policy(resume, force));
   std::error_code ec;
   if (force && !resume) {
-    fs::remove_all(checkpoints(), ec);
+    LM_RETURN_IF_ERROR(remove_tree(checkpoints()));
     fs::remove(latest(), ec);
     fs::remove(metrics(), ec);
-    fs::remove_all(tensorboard(), ec);
+    LM_RETURN_IF_ERROR(remove_tree(tensorboard()));
   }
   fs::create_directories(dir_, ec);
   if (ec) return absl::InternalError(absl::StrCat(dir_, ": cannot create: ", ec.message()));

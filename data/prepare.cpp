@@ -114,15 +114,12 @@ absl::StatusOr<ShardManifest> prepare(const PrepareOptions& o) {
   // Shards are written into a staging folder and moved in only once the whole corpus has been read:
   // a bad line late in the corpus (or a full disk) must not replace shards of an existing folder.
   const fs::path staging = fs::path(o.out) / ".prepare.tmp";
-  fs::remove_all(staging, ec);
+  LM_RETURN_IF_ERROR(remove_tree(staging.string()));
   fs::create_directories(staging, ec);
   if (ec) return absl::FailedPreconditionError(absl::StrCat(staging.string(), ": cannot create: ", ec.message()));
   struct RemoveOnExit {
     fs::path dir;
-    ~RemoveOnExit() {
-      std::error_code e;
-      fs::remove_all(dir, e);
-    }
+    ~RemoveOnExit() { (void)remove_tree(dir.string()); }
   } remove_staging{staging};
 
   std::vector<std::string> langs;

@@ -84,6 +84,13 @@ LM="$BUILD/app/lmtrain"
 result build ok "{\"seconds\": $(( $(date +%s) - t )), \"dir\": \"$BUILD\"}"
 "$LM" --version 2>&1 | tee -a "$LOG"
 [ "$DEVICE" = cuda ] && nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader | tee -a "$LOG"
+# Which library each standard-library call binds to (the torch wheel exports its own copies; a
+# remove_all bound to them crashed here once, docs/gpu.md): say it before anything trains.
+for prog in "$LM" "$BUILD/bench/train_step_bench"; do
+  if out=$(bash tests/app/check_std_bindings.sh "$prog" --help 2>&1); then result "std-bindings-$(basename "$prog")" ok
+  else result "std-bindings-$(basename "$prog")" failed; fi
+  printf '%s\n' "$out" | tee -a "$LOG"
+done
 
 # ---- 2. the gpu test label ---------------------------------------------------------------------
 timeout 240 ctest --test-dir "$BUILD" -L gpu --output-on-failure > "$WORK/ctest.log" 2>&1; rc=$?

@@ -26,7 +26,8 @@ absl::Status write_checkpoint_folder(const fs::path& tmp, const fs::path& final_
   LM_RETURN_IF_ERROR(model::save_safetensors((tmp / "optimizer.safetensors").string(), snap.optimizer));
   LM_RETURN_IF_ERROR(write_json_file((tmp / "trainer.json").string(), snap.trainer_state));
   LM_RETURN_IF_ERROR(fsync_tree(tmp.string()));
-  fs::remove_all(final_dir, ec);  // a complete copy of this step that `latest` does not name yet
+  // A complete copy of this step that `latest` does not name yet.
+  LM_RETURN_IF_ERROR(remove_tree(final_dir.string()));
   fs::rename(tmp, final_dir, ec);
   if (ec) return absl::InternalError(absl::StrCat("rename ", tmp.string(), ": ", ec.message()));
   return fsync_dir(final_dir.parent_path().string());
@@ -42,7 +43,7 @@ void prune_checkpoints(const fs::path& root, const std::string& keep, int64_t ke
   }
   std::sort(names.begin(), names.end());
   for (size_t i = 0; i + keep_last < names.size(); ++i) {
-    if (names[i] != keep) fs::remove_all(root / names[i], ec);
+    if (names[i] != keep) (void)remove_tree((root / names[i]).string());  // retried at the next prune
   }
 }
 
@@ -78,7 +79,7 @@ absl::Status write_checkpoint(const std::string& run_dir, const CheckpointSnapsh
   const fs::path final_dir = root / name;
   std::error_code ec;
   fs::create_directories(root, ec);
-  fs::remove_all(tmp, ec);  // a leftover from a killed writer
+  LM_RETURN_IF_ERROR(remove_tree(tmp.string()));  // a leftover from a killed writer
   // A step is written once: re-saving the step `latest` names (a signal right after a periodic
   // checkpoint) would delete the only good checkpoint before the rename, and a kill in between
   // would leave `latest` pointing at nothing. The state at one step is the same either way.
@@ -88,7 +89,7 @@ absl::Status write_checkpoint(const std::string& run_dir, const CheckpointSnapsh
     absl::Status st = write_checkpoint_folder(tmp, final_dir, snap);
     if (!st.ok()) {
       // Disk full or a write error: drop the partial folder (it holds space) and say what is left.
-      fs::remove_all(tmp, ec);
+      (void)remove_tree(tmp.string());
       const std::string kept = current.ok() ? *current + " (untouched, resume from it with --resume)"
                                             : std::string("none yet");
       return absl::Status(st.code(), absl::StrCat("checkpoint ", name, " not written: ", st.message(),

@@ -159,6 +159,28 @@ TEST(File, AtomicWriteReplacesAndLeavesNoTemp) {
   std::filesystem::remove_all(dir);
 }
 
+TEST(File, RemoveTreeRemovesEverythingButFollowsNoLink) {
+  namespace fs = std::filesystem;
+  const fs::path base = fs::temp_directory_path() / ("lm_remove_tree_" + std::to_string(getpid()));
+  const fs::path tree = base / "tree", outside = base / "outside";
+  fs::create_directories(tree / "a" / "b" / "c");
+  fs::create_directories(outside);
+  ASSERT_TRUE(lm::write_file_atomic((tree / "a" / "b" / "c" / "x").string(), "x").ok());
+  ASSERT_TRUE(lm::write_file_atomic((tree / "top").string(), "t").ok());
+  ASSERT_TRUE(lm::write_file_atomic((outside / "keep").string(), "k").ok());
+  fs::create_directory_symlink(outside, tree / "a" / "link");  // removed as a link, not walked into
+  ASSERT_TRUE(lm::remove_tree(tree.string()).ok());
+  EXPECT_FALSE(fs::exists(fs::symlink_status(tree)));
+  EXPECT_TRUE(fs::exists(outside / "keep"));
+  EXPECT_TRUE(lm::remove_tree(tree.string()).ok());  // already gone: nothing to do
+  // A plain file is removed too.
+  ASSERT_TRUE(lm::write_file_atomic((base / "file").string(), "f").ok());
+  ASSERT_TRUE(lm::remove_tree((base / "file").string()).ok());
+  EXPECT_FALSE(fs::exists(base / "file"));
+  ASSERT_TRUE(lm::remove_tree(base.string()).ok());
+  EXPECT_FALSE(fs::exists(base));
+}
+
 TEST(File, MmapAndChecksums) {
   auto path = std::filesystem::temp_directory_path() / ("lm_mmap_" + std::to_string(getpid()));
   ASSERT_TRUE(lm::write_file_atomic(path.string(), "123456789").ok());

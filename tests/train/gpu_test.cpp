@@ -11,6 +11,7 @@
 #include <cstdio>
 #include <filesystem>
 
+#include "core/file.h"
 #include "runtime/runtime.h"
 #include "model/config.h"
 #include "model/transformer.h"
@@ -124,7 +125,7 @@ TEST_F(Gpu, TrainStepHasNoHostSync) {
   // bf16 autocast, grad_accum 2, clipping on (the on-device skip: ClipAndSkipStayOnTheDevice).
   FitRequest r;
   r.run_dir = (std::filesystem::temp_directory_path() / ("lm_gpu_step_" + std::to_string(getpid()))).string();
-  std::filesystem::remove_all(r.run_dir);
+  (void)lm::remove_tree(r.run_dir);
   r.model = *model::preset("tiny");
   r.train.device = "cuda";
   r.train.dtype = "bf16";
@@ -157,7 +158,7 @@ TEST_F(Gpu, TrainStepHasNoHostSync) {
     auto rec = steps[i].record.cpu();
     EXPECT_TRUE(std::isfinite(rec[0].item<double>()) && std::isfinite(rec[1].item<double>())) << "step " << i + 1;
   }
-  std::filesystem::remove_all(r.run_dir);
+  (void)lm::remove_tree(r.run_dir);
 }
 
 TEST_F(Gpu, ClipAndSkipStayOnTheDevice) {
