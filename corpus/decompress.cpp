@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "corpus/parquet.h"
 
 namespace lm::data {
 namespace {
@@ -231,7 +232,9 @@ uint64_t estimated_uncompressed_bytes(const std::string& path) {
   uint8_t tail[4] = {};
   const bool have_tail = size >= 18 && std::fseek(f, -4, SEEK_END) == 0 && std::fread(tail, 1, 4, f) == 4;
   std::fclose(f);
-  auto kind = sniff_compression(path, std::string_view(reinterpret_cast<const char*>(head), n));
+  const std::string_view head_view(reinterpret_cast<const char*>(head), n);
+  if (is_parquet(head_view)) return std::max(parquet_uncompressed_bytes(path), size);
+  auto kind = sniff_compression(path, head_view);
   if (!kind.ok() || *kind == "plain") return size;
   if (*kind == "gzip") {
     const uint64_t isize = tail[0] | (tail[1] << 8) | (tail[2] << 16) | (static_cast<uint64_t>(tail[3]) << 24);

@@ -19,6 +19,8 @@ bool is_parquet(std::string_view head) { return head.substr(0, 4) == "PAR1"; }
 
 bool parquet_supported() { return false; }
 
+uint64_t parquet_uncompressed_bytes(const std::string& path) { return 0; }
+
 absl::StatusOr<ParquetCounts> for_each_parquet_value(
     const std::string& path, const std::string& column,
     const std::function<absl::Status(std::string_view value, int64_t row)>& fn) {
@@ -31,6 +33,19 @@ absl::StatusOr<ParquetCounts> for_each_parquet_value(
 #else
 
 bool parquet_supported() { return true; }
+
+uint64_t parquet_uncompressed_bytes(const std::string& path) {
+  auto file = arrow::io::ReadableFile::Open(path);
+  if (!file.ok()) return 0;
+  try {  // the footer reader throws parquet::ParquetException on a bad file
+    const auto meta = parquet::ParquetFileReader::Open(*file)->metadata();
+    uint64_t total = 0;
+    for (int g = 0; g < meta->num_row_groups(); ++g) total += static_cast<uint64_t>(meta->RowGroup(g)->total_byte_size());
+    return total;
+  } catch (const std::exception&) {
+    return 0;
+  }
+}
 
 namespace {
 
@@ -78,11 +93,8 @@ absl::Status each_value(const arrow::Array& chunk, int64_t& row, ParquetCounts& 
   return absl::OkStatus();
 }
 
-}  // namespace
-
-absl::StatusOr<ParquetCounts> for_each_parquet_value(
-    const std::string& path, const std::string& column,
-    const std::function<absl::Status(std::string_view value, int64_t row)>& fn) {
+absl::StatusOr<ParquetCounts> read_values(const std::string& path, const std::string& column,
+                                          const std::function<absl::Status(std::string_view, int64_t)>& fn) {
   auto file = arrow::io::ReadableFile::Open(path);
   if (!file.ok()) return absl::NotFoundError(absl::StrCat(path, ": cannot open: ", file.status().ToString()));
   auto opened = parquet::arrow::OpenFile(*file, arrow::default_memory_pool());
@@ -103,6 +115,18 @@ absl::StatusOr<ParquetCounts> for_each_parquet_value(
   }
   counts.rows = row;
   return counts;
+}
+
+}  // namespace
+
+absl::StatusOr<ParquetCounts> for_each_parquet_value(
+    const std::string& path, const std::string& column,
+    const std::function<absl::Status(std::string_view value, int64_t row)>& fn) {
+  try {  // parquet::arrow returns Status, but parts of Parquet's reader throw ParquetException
+    return read_values(path, column, fn);
+  } catch (const std::exception& e) {
+    return absl::DataLossError(absl::StrCat(path, ": cannot read as Parquet: ", e.what(), " (corrupt or truncated file?)"));
+  }
 }
 
 #endif

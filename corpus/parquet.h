@@ -25,6 +25,10 @@ struct ParquetCounts {
   int64_t row_groups = 0;  // row groups read
 };
 
+// The uncompressed size of a Parquet file's data from its footer (the row groups' total_byte_size,
+// all columns): a progress total. 0 without Arrow or when the footer cannot be read.
+uint64_t parquet_uncompressed_bytes(const std::string& path);
+
 // Calls fn(value, row) for every non-null value of `column`, in row order (`row` counts from 0
 // over the whole file). The column must hold UTF-8 strings (Arrow string or large_string); the
 // bytes are passed as stored, unchecked. Errors, each naming the file: a build without Arrow

@@ -11,6 +11,7 @@
 #include <optional>
 
 #include "corpus/corpus.h"
+#include "corpus/decompress.h"
 #include "corpus/parquet.h"
 
 #ifdef LM_HAVE_PARQUET
@@ -65,8 +66,10 @@ class ParquetTest : public ::testing::Test {
     const std::string path = (dir_ / name).string();
     auto out = arrow::io::FileOutputStream::Open(path);
     EXPECT_TRUE(out.ok()) << out.status().ToString();
+    // zstd as in published corpora (Arrow C++ writes uncompressed by default, pyarrow snappy).
+    const auto props = parquet::WriterProperties::Builder().compression(parquet::Compression::ZSTD)->build();
     const arrow::Status st = parquet::arrow::WriteTable(*arrow::Table::Make(schema, {a, b, c}),
-                                                        arrow::default_memory_pool(), *out, rows_per_group);
+                                                        arrow::default_memory_pool(), *out, rows_per_group, props);
     EXPECT_TRUE(st.ok()) << st.ToString();
     EXPECT_TRUE((*out)->Close().ok());
     return path;
@@ -152,6 +155,23 @@ TEST_F(ParquetTest, TruncatedFileIsDataLoss) {
   const absl::Status st = read(R"({"sources":[{"paths":["d.parquet"],"lang":"en"}]})", &docs, nullptr);
   EXPECT_EQ(st.code(), absl::StatusCode::kDataLoss) << st;
   EXPECT_NE(st.message().find(path + ": cannot read as Parquet"), std::string::npos) << st;
+}
+
+TEST_F(ParquetTest, ProgressTotalIsTheUncompressedSizeFromTheFooter) {
+  // prepare's progress total: the footer's uncompressed size, not the (compressed) file size. The
+  // rows are distinct (text corpora are; a column of repeats would be dictionary-encoded, and the
+  // footer counts encoded bytes) and compressible.
+  std::vector<std::optional<std::string>> texts;
+  uint64_t text_bytes = 0;
+  for (int i = 0; i < 2000; ++i) {
+    texts.push_back("the same sentence again and again, and once more the same sentence, row " + std::to_string(i));
+    text_bytes += texts.back()->size();
+  }
+  const std::string path = write_parquet("d.parquet", texts, 500);
+  const uint64_t estimate = lm::data::estimated_uncompressed_bytes(path);
+  EXPECT_GE(estimate, text_bytes);
+  EXPECT_GT(estimate, 2 * fs::file_size(path)) << "the file is compressed; the estimate is not its size";
+  EXPECT_EQ(lm::data::parquet_uncompressed_bytes((dir_ / "missing").string()), 0u);
 }
 
 TEST_F(ParquetTest, StopReadingEndsEarlyWithoutError) {
