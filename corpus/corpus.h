@@ -79,9 +79,9 @@ struct ReadStats {
 };
 
 // Calls fn for every document (NFC-normalised UTF-8) of every file of the source, in file
-// order; compressed files are decompressed transparently, Parquet files read by column. An error from fn stops reading and is
-// returned, except stop_reading(), which stops and returns OK. `stats` may be null; it is
-// added to, not reset.
+// order; compressed files are decompressed transparently, Parquet files read by column. An error
+// from fn stops reading and is returned, except stop_reading(), which stops and returns OK.
+// `stats` may be null; it is added to, not reset.
 absl::Status for_each_document(const CorpusManifest& manifest, const CorpusSource& source,
                                const ReadOptions& options,
                                const std::function<absl::Status(const std::string& doc)>& fn,

@@ -28,7 +28,9 @@ constexpr Foreign kForeign[] = {
     {"7z\xBC\xAF\x27\x1C", "a 7-Zip archive", "extract it (7z x) and list the files it holds"},
     {"\x04\x22\x4D\x18", "an LZ4 frame", "decompress it (lz4 -d) or recompress with zstd"},
     // Corpus sources read Parquet by column (corpus/parquet.h); a text stream (a benchmark file) cannot.
-    {"PAR1", "a Parquet file", "list it as a corpus.json source (read by column when built with LM_WITH_PARQUET), or export its text column to .jsonl (e.g. with pyarrow or duckdb) and read that"},
+    {"PAR1", "a Parquet file",
+     "list it as a corpus.json source (read by column when built with LM_WITH_PARQUET), or export its text "
+     "column to .jsonl (e.g. with pyarrow or duckdb) and read that"},
     {"\x89HDF", "an HDF5 file", "export the text to .jsonl or .txt"},
 };
 
