@@ -277,6 +277,11 @@ absl::Status run_fit(const FitOptions& o) {
   }
   LM_ASSIGN_OR_RETURN(train::FitSummary sum, train::fit(req, source, val));
   if (env.rank == 0) std::printf("%s\n", sum.summary().c_str());
+  if (env.rank == 0 && !sum.val_loss.empty() && !val.empty() && !val.begin()->second.empty())  // docs/eval.md
+    std::printf("  (val loss: the first %zu windows of %zu tokens per language; 'lmeval nll' scores every "
+                "validation token, in windows of %ld: its figures differ)\n",
+                val.begin()->second.size(), val.begin()->second.front().size() - 1,
+                static_cast<long>(req.model.max_seq_len));
   if (sum.stop_signal != 0) global_options().exit_code = 128 + sum.stop_signal;
   return absl::OkStatus();
 }

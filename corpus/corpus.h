@@ -5,7 +5,10 @@
 // corpus.json:
 //   {"sources": [
 //     {"paths": ["bn/*.txt.gz"], "format": "lines", "lang": "bn", "weight": 2.0},
-//     {"paths": ["en/wiki.jsonl.gz"], "format": "jsonl", "text_field": "text", "lang": "en"}]}
+//     {"paths": ["en/wiki.jsonl.gz"], "format": "jsonl", "text_field": "text", "lang": "en"},
+//     {"paths": ["en/fineweb/*.parquet"], "column": "text", "lang": "en"}]}
+// A Parquet file (by its magic bytes, corpus/parquet.h) gives one document per non-null value of
+// `column`, whatever `format` says; the other files are text in `format`.
 // Paths are relative to the manifest's folder (absolute paths are kept as they are).
 #pragma once
 
@@ -23,6 +26,7 @@ struct CorpusSource {
   std::vector<std::string> paths;  // files or glob patterns, relative to the manifest's folder
   std::string format = "lines";    // "lines" (one doc per line) | "paragraphs" (blank-line separated) | "jsonl"
   std::string text_field = "text"; // for jsonl: the string field that holds the document
+  std::string column = "text";     // for Parquet files (by magic bytes, any format): the string column
   std::string lang;                // language tag, e.g. "bn", "en" (required)
   double weight = 1.0;             // mixture weight (> 0)
   template <class V>
@@ -30,6 +34,7 @@ struct CorpusSource {
     v("paths", paths);
     v("format", format);
     v("text_field", text_field);
+    v("column", column);
     v("lang", lang);
     v("weight", weight);
   }
@@ -69,13 +74,14 @@ struct ReadStats {
   int64_t invalid_skipped = 0;     // lines skipped for invalid UTF-8 (skip_invalid_utf8)
   int64_t empty_dropped = 0;       // empty or whitespace-only documents
   int64_t duplicates_dropped = 0;  // exact duplicates (dedup)
+  int64_t nulls_skipped = 0;       // null values of a Parquet file's column (each file's count is logged)
   void add(const ReadStats& o);
 };
 
 // Calls fn for every document (NFC-normalised UTF-8) of every file of the source, in file
-// order; .gz files are decompressed transparently. An error from fn stops reading and is
-// returned, except stop_reading(), which stops and returns OK. `stats` may be null; it is
-// added to, not reset.
+// order; compressed files are decompressed transparently, Parquet files read by column. An error
+// from fn stops reading and is returned, except stop_reading(), which stops and returns OK.
+// `stats` may be null; it is added to, not reset.
 absl::Status for_each_document(const CorpusManifest& manifest, const CorpusSource& source,
                                const ReadOptions& options,
                                const std::function<absl::Status(const std::string& doc)>& fn,
