@@ -379,18 +379,23 @@ std::string format_passes(const std::vector<Passes>& rows, double tokens, const 
 }
 
 int warn_passes(const std::vector<Passes>& rows, double tokens, const std::string& what) {
-  int n = 0;
+  std::vector<std::string> parts;
   for (const Passes& r : rows) {
     if (!(r.passes > kMaxFreshPasses)) continue;
-    ++n;
-    log_warn("%s: %s tokens draw %s tokens from %s '%s', which has %s: %.1f passes over the same text (past ~%g "
-             "passes repeated tokens are worth much less than fresh ones, Muennighoff et al. 2023); add text, "
-             "lower its weight or train on fewer tokens",
-             what, format_count(tokens), format_count(r.drawn), r.source.empty() ? "language" : "source",
-             r.source.empty() ? r.lang : r.lang + "/" + r.source, format_count(static_cast<double>(r.tokens)),
-             r.passes, kMaxFreshPasses);
+    // A language's only source repeats its language's line.
+    const bool alone = !r.source.empty() && std::any_of(rows.begin(), rows.end(), [&](const Passes& l) {
+      return l.source.empty() && l.lang == r.lang && l.tokens == r.tokens;
+    });
+    if (alone) continue;
+    parts.push_back(absl::StrFormat("%s '%s' %.1f passes over %s tokens", r.source.empty() ? "language" : "source",
+                                    r.source.empty() ? r.lang : r.lang + "/" + r.source, r.passes,
+                                    format_count(static_cast<double>(r.tokens))));
   }
-  return n;
+  if (parts.empty()) return 0;
+  log_warn("%s: %s tokens repeat the same text more than %g times: %s (past ~%g passes repeated tokens are worth "
+           "much less than fresh ones, Muennighoff et al. 2023: add text, lower the weight or train on fewer tokens)",
+           what, format_count(tokens), kMaxFreshPasses, absl::StrJoin(parts, "; "), kMaxFreshPasses);
+  return static_cast<int>(parts.size());
 }
 
 std::vector<MixturePart> mixture_parts(const BatchSampler& sampler) {

@@ -136,8 +136,8 @@ struct Passes {
 std::vector<Passes> compute_passes(const std::vector<MixturePart>& parts, double tokens);
 // Table for people, headed by the budget; `what` says where the budget comes from.
 std::string format_passes(const std::vector<Passes>& rows, double tokens, const std::string& what);
-// Warns (log_warn) for each language or source drawn more than kMaxFreshPasses times; returns
-// how many warned.
+// One warning (log_warn) naming each language and source drawn more than kMaxFreshPasses times
+// (a language's only source is not named twice); returns how many it names.
 int warn_passes(const std::vector<Passes>& rows, double tokens, const std::string& what);
 // The sampler's parts: stream probabilities and windows * seq_len tokens.
 std::vector<MixturePart> mixture_parts(const BatchSampler& sampler);

@@ -100,6 +100,18 @@ absl::Status source_from_json(const Json& j, const std::string& path, SourceRepo
   return absl::OkStatus();
 }
 
+// The optional "sources" array (manifests before issue #21 have none).
+absl::Status sources_from_json(const Json& j, std::vector<SourceReport>& out) {
+  if (j.is_null()) return absl::OkStatus();
+  if (!j.is_array()) return ObjectReader::wrong(j, "sources", "an array");
+  for (size_t i = 0; i < j.size(); ++i) {
+    SourceReport r;
+    LM_RETURN_IF_ERROR(source_from_json(j[i], absl::StrCat("sources[", i, "]"), r));
+    out.push_back(std::move(r));
+  }
+  return absl::OkStatus();
+}
+
 std::string redo_hint() {
   return "re-run 'lmtrain prepare' with the run's tokenizer, or train with the tokenizer the shards "
          "were made with";
@@ -208,14 +220,7 @@ absl::StatusOr<ShardManifest> manifest_from_json(const Json& j, const std::strin
       m.languages[it.key()] = r;
     }
   }
-  if (!sources.is_null()) {
-    if (!sources.is_array()) return fail(ObjectReader::wrong(sources, "sources", "an array"));
-    for (size_t i = 0; i < sources.size(); ++i) {
-      SourceReport r;
-      LM_RETURN_IF_ERROR(fail(source_from_json(sources[i], absl::StrCat("sources[", i, "]"), r)));
-      m.sources.push_back(std::move(r));
-    }
-  }
+  LM_RETURN_IF_ERROR(fail(sources_from_json(sources, m.sources)));
   return m;
 }
 

@@ -306,8 +306,8 @@ void warn_shortfalls(const TrainingSample& out, const TrainOptions& o, int64_t t
   if (static_cast<double>(total_chars) < 0.99 * sample) {
     log_warn("tokenizer sample: %s characters instead of the %s asked (sample_chars): %s", format_count(total_chars),
              format_count(sample),
-             o.keep_ratio ? "keep_ratio cut every source to keep the weights' exact mix (keep_ratio=false, "
-                            "--keep-ratio false, fills from the other sources instead)"
+             o.keep_ratio ? "keep_ratio cut every source to keep the weights' exact mix (--keep-ratio false "
+                            "fills from the other sources instead)"
                           : "the corpus holds no more text (add text or lower --sample-chars)");
   }
 }
