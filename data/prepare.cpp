@@ -336,10 +336,10 @@ std::string format_report(const ShardManifest& m) {
                          100 * r.token_share);
   }
   if (!m.sources.empty()) {
-    s += absl::StrFormat("\n%-20s %-6s %9s %12s %12s %7s %8s %8s\n", "source", "lang", "docs", "train tok",
+    s += absl::StrFormat("\n%-28s %-6s %9s %12s %12s %7s %8s %8s\n", "source", "lang", "docs", "train tok",
                          "val tok", "weight", "natural", "share");
     for (const auto& r : m.sources) {
-      s += absl::StrFormat("%-20s %-6s %9d %12d %12d %7.3g %7.1f%% %7.1f%%\n", r.id, r.lang, r.docs,
+      s += absl::StrFormat("%-28s %-6s %9d %12d %12d %7.3g %7.1f%% %7.1f%%\n", r.id, r.lang, r.docs,
                            r.train_tokens, r.val_tokens, r.weight, 100 * r.natural_share, 100 * r.share);
     }
   }

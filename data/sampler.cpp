@@ -368,10 +368,10 @@ std::vector<Passes> compute_passes(const std::vector<MixturePart>& parts, double
 
 std::string format_passes(const std::vector<Passes>& rows, double tokens, const std::string& what) {
   std::string s = absl::StrFormat("passes over the data for %s tokens (%s):\n", format_count(tokens), what);
-  s += absl::StrFormat("  %-24s %7s %12s %12s %8s\n", "lang / source", "share", "tokens", "drawn", "passes");
+  s += absl::StrFormat("  %-32s %7s %12s %12s %8s\n", "lang / source", "share", "tokens", "drawn", "passes");
   for (const Passes& r : rows) {
     const std::string name = r.source.empty() ? r.lang : "  " + r.lang + "/" + r.source;
-    s += absl::StrFormat("  %-24s %6.1f%% %12s %12s %7.2fx%s\n", name, 100 * r.share,
+    s += absl::StrFormat("  %-32s %6.1f%% %12s %12s %7.2fx%s\n", name, 100 * r.share,
                          format_count(static_cast<double>(r.tokens)), format_count(r.drawn), r.passes,
                          r.passes > kMaxFreshPasses ? "  > 4: repeats" : "");
   }
