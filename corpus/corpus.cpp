@@ -5,6 +5,7 @@
 #include <zlib.h>
 
 #include <algorithm>
+#include <cctype>
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
@@ -206,6 +207,47 @@ int64_t count_code_points(std::string_view utf8) {
   return n;
 }
 
+namespace {
+
+bool is_id(const std::string& s) {
+  if (s.empty() || s.size() > 64) return false;
+  for (char c : s)
+    if (!std::isalnum(static_cast<unsigned char>(c)) && c != '_' && c != '-') return false;
+  return true;
+}
+
+// "bn/news.txt.gz" -> "news"; empty when that is not an id (a glob, a dotfile).
+std::string path_stem(const std::string& path) {
+  const size_t slash = path.find_last_of('/');
+  const std::string base = slash == std::string::npos ? path : path.substr(slash + 1);
+  const std::string stem = base.substr(0, base.find('.'));
+  return is_id(stem) ? stem : "";
+}
+
+}  // namespace
+
+std::string source_id(const CorpusManifest& m, size_t i) {
+  const CorpusSource& s = m.sources[i];
+  if (!s.name.empty()) return s.name;
+  const std::string stem = s.paths.empty() ? "" : path_stem(s.paths[0]);
+  bool unique = !stem.empty();
+  for (size_t k = 0; k < m.sources.size() && unique; ++k) {
+    const CorpusSource& o = m.sources[k];
+    if (k != i && (o.name == stem || (o.name.empty() && !o.paths.empty() && path_stem(o.paths[0]) == stem)))
+      unique = false;
+  }
+  if (unique) return stem;
+  int nth = 0;
+  for (size_t k = 0; k <= i; ++k) nth += m.sources[k].lang == s.lang;
+  return absl::StrCat(s.lang, "-", nth);
+}
+
+std::string describe_source(const CorpusManifest& m, size_t i) {
+  const CorpusSource& s = m.sources[i];
+  return absl::StrCat("'", source_id(m, i), "' (sources[", i, "], ", s.lang,
+                      s.paths.empty() ? "" : ", " + s.paths[0], s.paths.size() > 1 ? ", ..." : "", ")");
+}
+
 absl::Status validate_manifest(const CorpusManifest& m, const std::string& where) {
   auto bad = [&](const std::string& field, const std::string& what) {
     return absl::InvalidArgumentError(absl::StrCat(where, ": ", field, ": ", what));
@@ -222,6 +264,13 @@ absl::Status validate_manifest(const CorpusManifest& m, const std::string& where
     if (!(s.weight > 0) || !std::isfinite(s.weight))
       return bad(p + ".weight", absl::StrCat("must be a positive number, got ", s.weight));
     if (s.paths.empty()) return bad(p + ".paths", "no files listed");
+    if (!s.name.empty() && !is_id(s.name))
+      return bad(p + ".name", "'" + s.name + "': use 1-64 letters, digits, '_' or '-' (it names shard files)");
+    for (size_t k = 0; k < i; ++k) {
+      if (source_id(m, k) == source_id(m, i))
+        return bad(p + ".name", absl::StrCat("'", source_id(m, i), "' is also the id of sources[", k,
+                                             "] (give each source its own name)"));
+    }
     for (size_t k = 0; k < s.paths.size(); ++k) {
       const std::string full = join(m.base_dir, s.paths[k]);
       if (expand(full).empty())

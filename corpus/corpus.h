@@ -10,6 +10,10 @@
 // A Parquet file (by its magic bytes, corpus/parquet.h) gives one document per non-null value of
 // `column`, whatever `format` says; the other files are text in `format`.
 // Paths are relative to the manifest's folder (absolute paths are kept as they are).
+//
+// One meaning of weight: a source's share of the mixture is weight / (sum of the weights of the
+// sources that have text), the same in the tokenizer's sample (characters) and in training
+// (windows drawn); a language's share is the sum over its sources (docs/data.md).
 #pragma once
 
 #include <cstdint>
@@ -28,9 +32,12 @@ struct CorpusSource {
   std::string text_field = "text"; // for jsonl: the string field that holds the document
   std::string column = "text";     // for Parquet files (by magic bytes, any format): the string column
   std::string lang;                // language tag, e.g. "bn", "en" (required)
-  double weight = 1.0;             // mixture weight (> 0)
+  double weight = 1.0;             // share of the mixture = weight / sum of weights (> 0)
+  std::string name;                // optional id in reports, shard names and the data cursor
+                                   // (default: see source_id); letters, digits, '_' and '-'
   template <class V>
   void visit(V& v) {
+    v("name", name);
     v("paths", paths);
     v("format", format);
     v("text_field", text_field);
@@ -50,9 +57,17 @@ struct CorpusManifest {
 };
 
 // Reads corpus.json strictly: unknown keys, wrong types, a missing `lang`, a bad `format`, a
-// weight <= 0 and a path or glob that matches no file are errors naming the dotted path
-// ("corpus.json: sources[1].weight: ...").
+// weight <= 0, a bad or repeated name and a path or glob that matches no file are errors naming
+// the dotted path ("corpus.json: sources[1].weight: ...").
 absl::StatusOr<CorpusManifest> load_manifest(const std::string& path);
+
+// The id of sources[i]: its `name`, else the file name of its first path without extensions
+// ("bn/news.txt.gz" -> "news") when that is a valid, unique id, else "<lang>-<k>" (k-th source
+// of the language, from 1). Stable for a given manifest; validate_manifest rejects clashes.
+std::string source_id(const CorpusManifest& manifest, size_t i);
+
+// For messages: "'news' (sources[0], bn, bn/news.txt.gz)".
+std::string describe_source(const CorpusManifest& manifest, size_t i);
 
 // Checks a manifest built in code (load_manifest calls it); `where` prefixes messages.
 absl::Status validate_manifest(const CorpusManifest& manifest, const std::string& where);
