@@ -80,7 +80,8 @@ TEST(TrainConfigSections, UnknownDottedKeyNamesThePathAndTheNearestKey) {
   st = set_dotted(c, "schedule.knd", "wsd", "train");
   EXPECT_TRUE(has(st, "did you mean 'schedule.kind'?")) << st;
   st = set_dotted(c, "optimizer", "1", "train");
-  EXPECT_TRUE(has(st, "train.optimizer: a section, not a field; set one of train.optimizer.lr")) << st;
+  EXPECT_TRUE(has(st, "train.optimizer: a section, not a field; set one of train.optimizer.beta1")) << st;
+  EXPECT_TRUE(has(st, "train.optimizer.lr,")) << st;
 }
 
 TEST(TrainConfigSections, AFlatConfigIsRefusedWithWhereEachKeyMoved) {

@@ -151,7 +151,7 @@ TEST(PresetDefaults, GpuPresetsUseTheLargestMicroBatchThatFitsTheirGpu) {
     EXPECT_GT(d.checkpoint_minutes, 0) << name;
   }
   EXPECT_STREQ(model::preset_training("small").hardware, "cpu");
-  EXPECT_EQ(preset_train_config("small").micro_batch, TrainConfig().micro_batch);  // the CPU demo unchanged
+  EXPECT_EQ(preset_train_config("small").batch.micro_batch, TrainConfig().batch.micro_batch);  // the CPU demo unchanged
 }
 
 TEST(PresetDefaults, PlanFitCommandResolvesToThePlan) {
