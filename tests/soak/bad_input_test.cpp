@@ -344,6 +344,27 @@ TEST_F(BadConfig, UnknownKeyNamesDottedPath) {
   expect_refused(R"({"model": {"d_modle": 64}})", {"bad.json", "model.d_modle"});
 }
 
+// A --config file (or a run's config.json) from before the config sections: where each key went.
+TEST_F(BadConfig, FlatTrainConfigSaysWhereEachKeyMoved) {
+  expect_refused(R"({"train": {"steps": 3, "lr": 0.01, "log_interval": 1}})",
+                 {"bad.json", "a flat training config", "lr -> train.optimizer.lr",
+                  "log_interval -> train.logging.interval", R"("optimizer":{"lr":0.01})"});
+}
+
+// --set is read through the same strict reader: an unknown dotted key suggests the nearest one,
+// a wrong type names the flag and the field; nothing is created either way.
+TEST_F(BadConfig, SetNamesTheFlagTheFieldAndTheNearestKey) {
+  const Snapshot before = snapshot(ws());
+  EXPECT_BAD_INPUT(fit({"--set", "optimizer.lrr=0.1", "--out", w("new")}),
+                   "--set optimizer.lrr: train.optimizer.lrr: unknown key (did you mean 'optimizer.lr'?)");
+  EXPECT_BAD_INPUT(fit({"--set", "batch.micro_batch=two", "--out", w("new")}),
+                   "--set batch.micro_batch: train.batch.micro_batch: expected a number, got 'two'");
+  EXPECT_BAD_INPUT(fit({"--set", "batch.micro_batch=-4", "--out", w("new")}),
+                   "train.batch.micro_batch: must be positive, got -4");
+  expect_unchanged(before, ws());
+  EXPECT_FALSE(fs::exists(ws() / "new"));
+}
+
 TEST_F(BadConfig, WrongTypeNamesDottedPath) { expect_refused(R"({"train": {"steps": "five"}})", {"train.steps"}); }
 
 TEST_F(BadConfig, NegativeBatch) {
