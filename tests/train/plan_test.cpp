@@ -201,7 +201,7 @@ TrainConfig resolve_plan_fit_command(const Plan& plan, const model::ModelConfig&
   app.parse(args);
   EXPECT_EQ(preset, m.preset);
   TrainConfig tc = preset_train_config(preset);
-  flags.apply(tc);
+  EXPECT_TRUE(flags.apply(tc).ok());
   resolve_hardware(tc, /*cuda_available=*/true);
   EXPECT_TRUE(resolve(tc, m, world).ok()) << m.preset;
   return tc;
@@ -223,7 +223,7 @@ TEST(PresetDefaults, GpuPresetsUseTheLargestMicroBatchThatFitsTheirGpu) {
     EXPECT_GT(d.checkpoint_minutes, 0) << name;
   }
   EXPECT_STREQ(model::preset_training("small").hardware, "cpu");
-  EXPECT_EQ(preset_train_config("small").micro_batch, TrainConfig().micro_batch);  // the CPU demo unchanged
+  EXPECT_EQ(preset_train_config("small").batch.micro_batch, TrainConfig().batch.micro_batch);  // the CPU demo unchanged
 }
 
 TEST(PresetDefaults, PlanFitCommandResolvesToThePlan) {
@@ -242,14 +242,14 @@ TEST(PresetDefaults, PlanFitCommandResolvesToThePlan) {
     auto p = make_plan(req);
     ASSERT_TRUE(p.ok()) << p.status();
     const TrainConfig tc = resolve_plan_fit_command(*p, req.model, c.gpus);
-    EXPECT_EQ(tc.micro_batch, p->micro_batch);
-    EXPECT_EQ(tc.seq_len, p->seq_len);
-    EXPECT_EQ(tc.grad_accum, p->grad_accum);
+    EXPECT_EQ(tc.batch.micro_batch, p->micro_batch);
+    EXPECT_EQ(tc.batch.seq_len, p->seq_len);
+    EXPECT_EQ(tc.batch.grad_accum, p->grad_accum);
     EXPECT_EQ(tokens_per_step(tc, c.gpus), p->step_tokens);
     EXPECT_EQ(static_cast<double>(tc.tokens), req.tokens);
-    EXPECT_EQ(tc.device, "cuda");
-    EXPECT_EQ(tc.dtype, "bf16");
-    EXPECT_TRUE(tc.tf32);
+    EXPECT_EQ(tc.hardware.device, "cuda");
+    EXPECT_EQ(tc.hardware.dtype, "bf16");
+    EXPECT_TRUE(tc.hardware.tf32);
     EXPECT_LE(p->micro_batch, std::max<int64_t>(1, p->max_micro_batch)) << "the plan's micro-batch must fit";
     if (c.bare) {
       EXPECT_EQ(p->fit_args.size(), 6u) << fit_command(*p, req);
@@ -266,32 +266,30 @@ TEST(PresetDefaults, PlanFitCommandResolvesToThePlan) {
 TEST(PresetDefaults, HardwareAutoAndPrecedence) {
   TrainConfig gpu;
   EXPECT_NE(resolve_hardware(gpu, true).find("auto"), std::string::npos);
-  EXPECT_EQ(gpu.device, "cuda");
-  EXPECT_EQ(gpu.dtype, "bf16");
+  EXPECT_EQ(gpu.hardware.device, "cuda");
+  EXPECT_EQ(gpu.hardware.dtype, "bf16");
   TrainConfig cpu;
   resolve_hardware(cpu, false);
-  EXPECT_EQ(cpu.device, "cpu");
-  EXPECT_EQ(cpu.dtype, "fp32");
+  EXPECT_EQ(cpu.hardware.device, "cpu");
+  EXPECT_EQ(cpu.hardware.dtype, "fp32");
   TrainConfig asked;  // flags given explicitly still win
   TrainOverrides o;
-  o.device = "cpu";
-  o.dtype = "bf16";
-  o.apply(asked);
+  o.items = {{"hardware.device", "cpu", "--device"}, {"hardware.dtype", "bf16", "--dtype"}};
+  ASSERT_TRUE(o.apply(asked).ok());
   resolve_hardware(asked, true);
-  EXPECT_EQ(asked.device, "cpu");
-  EXPECT_EQ(asked.dtype, "bf16");
+  EXPECT_EQ(asked.hardware.device, "cpu");
+  EXPECT_EQ(asked.hardware.dtype, "bf16");
   // --steps clears the preset's token budget; --grad-accum its batch_tokens; a config file alike.
   TrainConfig t = preset_train_config("400m");
   TrainOverrides s;
-  s.steps = 50;
-  s.grad_accum = 2;
-  s.apply(t);
+  s.items = {{"steps", "50", "--steps"}, {"batch.grad_accum", "2", "--grad-accum"}};
+  ASSERT_TRUE(s.apply(t).ok());
   EXPECT_EQ(t.tokens, 0);
-  EXPECT_EQ(t.batch_tokens, 0);
+  EXPECT_EQ(t.batch.batch_tokens, 0);
   TrainConfig f = preset_train_config("400m");
   clear_shadowed(Json{{"steps", 10}}, f);
   EXPECT_EQ(f.tokens, 0);
-  EXPECT_EQ(f.batch_tokens, 524288);
+  EXPECT_EQ(f.batch.batch_tokens, 524288);
 }
 
 TEST(PresetDefaults, Tf32SwitchSetsTheGlobalContext) {
