@@ -16,6 +16,7 @@
 #include "core/config.h"
 #include "core/file.h"
 #include "core/log.h"
+#include "core/signals.h"
 #include "core/run_folder.h"
 
 extern char** environ;
@@ -60,14 +61,6 @@ volatile sig_atomic_t g_stop_signal = 0;
 void forward_stop(int sig) {
   g_stop_signal = sig;
   if (g_stage_pid > 0) kill(g_stage_pid, sig);
-}
-
-void install_forwarding() {
-  struct sigaction sa {};
-  sa.sa_handler = forward_stop;
-  sigemptyset(&sa.sa_mask);
-  sigaction(SIGINT, &sa, nullptr);
-  sigaction(SIGTERM, &sa, nullptr);
 }
 
 absl::Status stopped_by_signal(const std::string& stage) {
@@ -128,7 +121,7 @@ absl::Status run_demo(const DemoOptions& o) {
   fs::create_directories(out, ec);
   LM_RETURN_IF_ERROR(write_file_atomic(marker.string(), "made by lmtrain demo\n"));
 
-  install_forwarding();
+  on_stop_signals(forward_stop);
   const std::string lmtrain = self_exe();
   const std::string lmeval = (fs::path(lmtrain).parent_path() / "lmeval").string();
   const std::string tok = (out / "tok").string(), shards = (out / "shards").string(),

@@ -19,6 +19,7 @@
 #include <thread>
 
 #include "absl/strings/str_format.h"
+#include "core/signals.h"
 #include "runtime/torch_version.h"
 
 namespace lm {
@@ -114,13 +115,7 @@ std::string version_report(const char* program) {
                          b.device, backend_summary());
 }
 
-void install_stop_handlers() {
-  struct sigaction sa {};
-  sa.sa_handler = on_signal;
-  sigemptyset(&sa.sa_mask);
-  sigaction(SIGINT, &sa, nullptr);
-  sigaction(SIGTERM, &sa, nullptr);
-}
+void install_stop_handlers() { on_stop_signals(on_signal); }
 
 int stop_signal() { return g_stop.load(); }
 void request_stop(int signo) { g_stop.store(signo); }

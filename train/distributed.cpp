@@ -21,6 +21,7 @@
 #include "absl/strings/str_format.h"
 #include "core/file.h"
 #include "core/log.h"
+#include "core/signals.h"
 
 namespace lm::train {
 
@@ -227,10 +228,7 @@ int launch_local_ranks(int nproc, int argc, char** argv, int master_port) {
   }
   // Forward stop signals to every rank; they finish the step and checkpoint together.
   static std::vector<pid_t>* children = &pids;
-  struct sigaction sa {};
-  sa.sa_handler = [](int sig) { for (pid_t p : *children) kill(p, sig); };
-  sigaction(SIGINT, &sa, nullptr);
-  sigaction(SIGTERM, &sa, nullptr);
+  on_stop_signals([](int sig) { for (pid_t p : *children) kill(p, sig); });
   int rc = 0;
   size_t alive = pids.size();
   while (alive > 0) {
