@@ -362,7 +362,10 @@ TEST(GgufExport, ExportsARunFolder) {
   EXPECT_EQ(g.kv["llama.block_count"].second, "2");
   EXPECT_EQ(g.kv["llama.attention.head_count_kv"].second, "2");
   EXPECT_EQ(g.kv["tokenizer.ggml.model"].second, "t5");
-  EXPECT_EQ(g.kv["tokenizer.ggml.add_bos_token"].second, "0");
+  // The trained tokenizer's framing bos + text + eos: llama.cpp starts a prompt with BOS, as a
+  // document starts in training (issue 21 point 7).
+  EXPECT_EQ(g.kv["tokenizer.ggml.add_bos_token"].second, "1");
+  EXPECT_EQ(g.kv["tokenizer.ggml.add_eos_token"].second, "0");
   EXPECT_EQ(g.kv["tokenizer.ggml.tokens"].second, "array[512]");
   EXPECT_EQ(g.kv["general.file_type"].second, "7");
   ASSERT_EQ(g.tensors.size(), 20u);  // 1 + 2 layers x 9 + output_norm; tied: no output.weight
@@ -383,6 +386,15 @@ TEST(GgufExport, ExportsARunFolder) {
   std::map<std::string, Parsed::Info> n32(g32.tensors.begin(), g32.tensors.end());
   auto q = model::permute_rope_rows(m->named_parameters()["model.layers.0.self_attn.q_proj.weight"].detach(), cfg.n_heads);
   EXPECT_EQ(std::memcmp(b32->data() + g32.data_start + n32["blk.0.attn_q.weight"].offset, q.data_ptr(), q.numel() * 4), 0);
+  // A tokenizer.json without "framing" (the old text + eos): no BOS before a prompt.
+  auto meta = read_json_file((run / "tokenizer/tokenizer.json").string());
+  LM_ASSERT_OK(meta.status());
+  meta->erase("framing");
+  LM_ASSERT_OK(write_json_file((run / "tokenizer/tokenizer.json").string(), *meta));
+  LM_ASSERT_OK(model::export_gguf({run.string(), -1, out32, "f32"}).status());
+  auto b_old = read_file(out32);
+  LM_ASSERT_OK(b_old.status());
+  EXPECT_EQ(parse(*b_old).kv["tokenizer.ggml.add_bos_token"].second, "0");
   // Errors name the file and say what to do.
   auto bad_type = model::export_gguf({run.string(), -1, out, "q4_0"});
   EXPECT_EQ(bad_type.status().code(), absl::StatusCode::kInvalidArgument);
