@@ -414,11 +414,11 @@ TEST_F(BadShard, OtherTokenizer) {
 // tokenizer.json without "framing") while the shards hold bos + text + eos: fit refuses, naming
 // both files and the fix, before it writes anything.
 TEST_F(BadShard, TokenizerOfAnotherFraming) {
-  auto meta = read_json_file(w("tok/tokenizer.json"));
+  auto meta = lm::read_json_file(w("tok/tokenizer.json"));
   ASSERT_TRUE(meta.ok()) << meta.status();
   ASSERT_TRUE(meta->contains("framing"));
   meta->erase("framing");
-  ASSERT_TRUE(write_json_file(w("tok/tokenizer.json"), *meta).ok());
+  ASSERT_TRUE(lm::write_json_file(w("tok/tokenizer.json"), *meta).ok());
   const Snapshot before = snapshot(ws());
   EXPECT_BAD_INPUT(fit({"--out", w("new")}), "shards/manifest.json", "framing", "bos + text + eos",
                    "tok/tokenizer.json says text + eos", "re-run 'lmtrain prepare");
