@@ -6,6 +6,7 @@
 #include "app/commands.h"
 #include "core/config.h"
 #include "core/run_folder.h"
+#include "eval/evaluate.h"
 #include "model/checkpoint_reader.h"
 #include "model/generate.h"
 #include "tokenizer/tokenizer.h"
@@ -22,17 +23,12 @@ struct SampleCli {
   bool no_cache = false, no_bos = false, json = false;
 };
 
-// The token before the prompt: where a document's text starts in training (Tokenizer::start_id),
-// unless --prefix / --no-bos say otherwise. Returns the ids and the mode's name.
-absl::StatusOr<std::pair<std::vector<int32_t>, std::string>> prompt_prefix(const SampleCli& o,
-                                                                          const tokenizer::Tokenizer& tok) {
+// The token before the prompt: where a document's text starts in training (the tokenizer's
+// framing), unless --prefix / --no-bos say otherwise; the same rule as lmeval mc's contexts.
+absl::StatusOr<eval::ContextPrefix> prompt_prefix(const SampleCli& o, const tokenizer::Tokenizer& tok) {
   if (o.no_bos && !o.prefix.empty() && o.prefix != "none")
     return absl::InvalidArgumentError("--no-bos (= --prefix none) contradicts --prefix " + o.prefix);
-  const std::string mode = o.no_bos ? "none" : !o.prefix.empty() ? o.prefix : tok.framing().bos ? "bos" : "eos";
-  if (mode == "bos") return std::make_pair(std::vector<int32_t>{tok.bos_id()}, mode);
-  if (mode == "eos") return std::make_pair(std::vector<int32_t>{tok.eos_id()}, mode);
-  if (mode == "none") return std::make_pair(std::vector<int32_t>{}, mode);
-  return absl::InvalidArgumentError("--prefix: expected bos, eos or none, got '" + o.prefix + "'");
+  return eval::context_prefix(tok, o.no_bos ? "none" : o.prefix);
 }
 
 absl::Status run_sample(const SampleCli& o) {
@@ -44,7 +40,7 @@ absl::Status run_sample(const SampleCli& o) {
   if (o.opt.temperature < 0) return absl::InvalidArgumentError("--temperature: must be >= 0 (0 = greedy)");
   if (o.opt.top_p <= 0 || o.opt.top_p > 1) return absl::InvalidArgumentError("--top-p: must be in (0, 1]");
   LM_ASSIGN_OR_RETURN(auto start, prompt_prefix(o, tok));
-  std::vector<int32_t> ids = start.first;
+  std::vector<int32_t> ids = start.ids;
   for (int32_t t : tok.encode(o.prompt)) ids.push_back(t);
   model::SampleOptions opt = o.opt;
   opt.eos_id = tok.eos_id();
@@ -55,7 +51,7 @@ absl::Status run_sample(const SampleCli& o) {
     Json j = {{"prompt", o.prompt}, {"completion", text}, {"tokens", g.tokens}, {"prompt_tokens", g.prompt_tokens},
               {"tokens_per_s", g.tokens_per_s}, {"prefill_s", g.prefill_seconds}, {"decode_s", g.decode_seconds},
               {"stopped_at_eos", g.stopped_at_eos}, {"checkpoint", ckpt}, {"kv_cache", opt.use_cache},
-              {"prefix", start.second}, {"framing", tok.framing().describe()}};
+              {"prefix", start.mode}, {"framing", tok.framing().describe()}};
     std::printf("%s\n", j.dump().c_str());
   } else {
     std::printf("%s%s\n", o.prompt.c_str(), text.c_str());

@@ -163,6 +163,17 @@ std::string prefix_rule(const std::string& prefix) {
 
 std::string default_prefix(const tokenizer::Framing& framing) { return framing.bos ? "bos" : "eos"; }
 
+absl::StatusOr<ContextPrefix> context_prefix(const tokenizer::Tokenizer& tok, const std::string& prefix) {
+  ContextPrefix p;
+  p.from_framing = prefix.empty();
+  p.mode = p.from_framing ? default_prefix(tok.framing()) : prefix;
+  if (p.mode == "bos") p.ids = {tok.bos_id()};
+  else if (p.mode == "eos") p.ids = {tok.eos_id()};
+  else if (p.mode != "none")
+    return absl::InvalidArgumentError("--prefix: expected bos, eos or none, got '" + prefix + "'");
+  return p;
+}
+
 namespace {
 
 // --seq-len (0: the model's), --stride and --docs checked against the model.
@@ -496,10 +507,9 @@ absl::StatusOr<Json> run_mc(const McOptions& given) {
   LM_ASSIGN_OR_RETURN(Models m, load_models(given.run));
   const auto& tok = m.run.tokenizer;
   McOptions o = given;
-  if (o.prefix.empty()) o.prefix = default_prefix(tok.framing());
-  TokenIds prefix;
-  if (o.prefix == "eos") prefix = {tok.eos_id()};
-  if (o.prefix == "bos") prefix = {tok.bos_id()};
+  LM_ASSIGN_OR_RETURN(const ContextPrefix start, context_prefix(tok, given.prefix));
+  o.prefix = start.mode;
+  const TokenIds& prefix = start.ids;
   Encoder encode = [&tok](std::string_view s) { return tok.encode(s); };
   Json result = mc_result_header(m, o, missing, given.prefix.empty());
   std::ofstream samples;

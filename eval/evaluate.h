@@ -58,6 +58,15 @@ std::string prefix_rule(const std::string& prefix);
 // The prefix a framing implies: "bos" with framing.bos, else "eos" (Tokenizer::start_id()).
 std::string default_prefix(const tokenizer::Framing& framing);
 
+// The token(s) before a context (mc) or a prompt (lmeval sample): `prefix` "" = the tokenizer's
+// framing (default_prefix), else bos | eos | none; anything else is InvalidArgument.
+struct ContextPrefix {
+  std::string mode;  // bos | eos | none
+  std::vector<int32_t> ids;
+  bool from_framing = false;
+};
+absl::StatusOr<ContextPrefix> context_prefix(const tokenizer::Tokenizer& tok, const std::string& prefix);
+
 // "a,b,benqa" -> {"a", "b", "benqa_bn", "benqa_en"}; "all" -> every task.
 std::vector<std::string> expand_tasks(const std::vector<std::string>& names);
 

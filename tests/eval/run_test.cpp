@@ -396,6 +396,22 @@ TEST_F(RunFolder, NllAndMcPrefixFollowTheTokenizersFraming) {
   meta->erase("framing");
   LM_ASSERT_OK(write_json_file(legacy + "/tokenizer/tokenizer.json", *meta));
 
+  // lmeval sample's prompt and mc's contexts start with the same token (eval::context_prefix).
+  auto old_tok = tokenizer::Tokenizer::load(legacy + "/tokenizer");
+  LM_ASSERT_OK(old_tok.status());
+  for (const auto& [t, mode, id] : {std::tuple{&*tok, "bos", tok->bos_id()}, std::tuple{&*old_tok, "eos", tok->eos_id()}}) {
+    auto p = context_prefix(*t, "");
+    LM_ASSERT_OK(p.status());
+    EXPECT_EQ(p->mode, mode);
+    EXPECT_EQ(p->ids, TokenIds{id});
+    EXPECT_TRUE(p->from_framing);
+    auto none = context_prefix(*t, "none");
+    LM_ASSERT_OK(none.status());
+    EXPECT_TRUE(none->ids.empty());
+    EXPECT_FALSE(none->from_framing);
+  }
+  EXPECT_EQ(context_prefix(*tok, "pad").status().code(), absl::StatusCode::kInvalidArgument);
+
   for (const bool old : {false, true}) {
     const int32_t start = old ? tok->eos_id() : tok->bos_id();
     NllOptions o;
