@@ -36,13 +36,20 @@ using model::GgmlType;
 
 // --- a minimal GGUF reader written from ggml's docs/gguf.md, independent of the writer ------------
 
+// `bad` stops the reading at the first malformed value (not at the test's first failure of any
+// kind: a failed EXPECT before a parse must not desynchronise it).
 struct Reader {
   const std::string& b;
   size_t p = 0;
+  bool bad = false;
   template <class T>
   T get() {
-    T v;
+    T v{};
     EXPECT_LE(p + sizeof(T), b.size());
+    if (bad || p + sizeof(T) > b.size()) {
+      bad = true;
+      return v;
+    }
     std::memcpy(&v, b.data() + p, sizeof(T));
     p += sizeof(T);
     return v;
@@ -77,11 +84,12 @@ std::string read_value(Reader& r, uint32_t type) {
       if (et == 0) {
         r.p += n;  // uint8 array (the charsmap): skip without one failure per byte
       } else {
-        for (uint64_t i = 0; i < n && !::testing::Test::HasFailure(); ++i) read_value(r, et);
+        for (uint64_t i = 0; i < n && !r.bad; ++i) read_value(r, et);
       }
       return "array[" + std::to_string(n) + "]";
     }
   }
+  r.bad = true;
   ADD_FAILURE() << "value type " << type << " not expected here";
   return "";
 }
@@ -94,16 +102,16 @@ Parsed parse(const std::string& b) {
   g.version = r.get<uint32_t>();
   const auto n_tensors = r.get<uint64_t>();
   const auto n_kv = r.get<uint64_t>();
-  for (uint64_t i = 0; i < n_kv; ++i) {
+  for (uint64_t i = 0; i < n_kv && !r.bad; ++i) {
     std::string key = r.str();
     const auto type = r.get<uint32_t>();
     g.kv[key] = {type, read_value(r, type)};
   }
-  for (uint64_t i = 0; i < n_tensors; ++i) {
+  for (uint64_t i = 0; i < n_tensors && !r.bad; ++i) {
     std::string name = r.str();
     Parsed::Info info;
     const auto nd = r.get<uint32_t>();
-    for (uint32_t d = 0; d < nd; ++d) info.ne.push_back(r.get<uint64_t>());
+    for (uint32_t d = 0; d < nd && !r.bad; ++d) info.ne.push_back(r.get<uint64_t>());
     info.type = r.get<uint32_t>();
     info.offset = r.get<uint64_t>();
     g.tensors.emplace_back(name, info);
