@@ -207,6 +207,19 @@ absl::StatusOr<std::unique_ptr<train::Comm>> set_up_device(const FitOptions& o, 
 
 }  // namespace
 
+namespace {
+
+// How often the run repeats each language and source: the passes line of 'lmtrain prepare
+// --plan-tokens', for this run's steps x tokens per step (issue #21).
+void log_passes(const data::BatchSampler& sampler, const train::TrainConfig& tc, int world) {
+  const double tokens = static_cast<double>(train::tokens_per_step(tc, world)) * static_cast<double>(tc.steps);
+  const auto passes = data::compute_passes(data::mixture_parts(sampler), tokens);
+  log_info("%s", data::format_passes(passes, tokens, "fit: steps x tokens per step"));
+  data::warn_passes(passes, tokens, "fit");
+}
+
+}  // namespace
+
 absl::Status run_fit(const FitOptions& o) {
   if (o.out.empty()) return absl::InvalidArgumentError("fit needs --out");
   if (o.data.empty() && !o.resume) return absl::InvalidArgumentError("fit needs --data (the shards folder of 'lmtrain prepare')");
@@ -267,6 +280,7 @@ absl::Status run_fit(const FitOptions& o) {
   sc.rank = env.rank;
   sc.world = env.world;
   LM_ASSIGN_OR_RETURN(data::BatchSampler sampler, data::BatchSampler::create(set, sc));
+  if (env.rank == 0) log_passes(sampler, req.train, env.world);
   train::SamplerSource source(std::move(sampler));
   LM_ASSIGN_OR_RETURN(train::ValSets val, train::load_validation(set, req.train.seq_len, req.train.eval_windows));
 
@@ -277,6 +291,11 @@ absl::Status run_fit(const FitOptions& o) {
   }
   LM_ASSIGN_OR_RETURN(train::FitSummary sum, train::fit(req, source, val));
   if (env.rank == 0) std::printf("%s\n", sum.summary().c_str());
+  if (env.rank == 0 && !sum.val_loss.empty() && !val.empty() && !val.begin()->second.empty())  // docs/eval.md
+    std::printf("  (val loss: the first %zu windows of %zu tokens per language; 'lmeval nll' scores every "
+                "validation token, in windows of %ld: its figures differ)\n",
+                val.begin()->second.size(), val.begin()->second.front().size() - 1,
+                static_cast<long>(req.model.max_seq_len));
   if (sum.stop_signal != 0) global_options().exit_code = 128 + sum.stop_signal;
   return absl::OkStatus();
 }

@@ -82,14 +82,86 @@ TEST(Plan, MicroBatchThatFitsRespectsMemory) {
   ASSERT_TRUE(p.ok());
   ASSERT_GT(p->max_micro_batch, 0);
   const double fixed = 16.0 * p->params;
-  EXPECT_LE(fixed + activation_bytes(*cfg, p->max_micro_batch, 2048, false), 0.9 * 80e9);
-  EXPECT_GT(fixed + activation_bytes(*cfg, 2 * p->max_micro_batch, 2048, false), 0.9 * 80e9);
-  EXPECT_GE(p->max_micro_batch_ckpt, p->max_micro_batch);
-  EXPECT_LT(activation_bytes(*cfg, 4, 2048, true), activation_bytes(*cfg, 4, 2048, false));
+  EXPECT_LE(fixed + activation_bytes(*cfg, p->max_micro_batch, 2048), 0.9 * 80e9);
+  EXPECT_GT(fixed + activation_bytes(*cfg, 2 * p->max_micro_batch, 2048), 0.9 * 80e9);
+  EXPECT_TRUE(p->fits);
   // The reference attention saves the T×T scores: more memory than the fused path.
   auto ref = *cfg;
   ref.attention = "reference";
-  EXPECT_GT(activation_bytes(ref, 4, 2048, false), activation_bytes(*cfg, 4, 2048, false));
+  EXPECT_GT(activation_bytes(ref, 4, 2048), activation_bytes(*cfg, 4, 2048));
+}
+
+TEST(Plan, AMicroBatchThatDoesNotFitIsSaidWithTheLargestThatDoes) {
+  // Issue 21: `plan --micro-batch 64` on 400m printed a 249 GB total for an 80 GB card and went on.
+  PlanRequest req;
+  req.model = *model::preset("400m");
+  req.micro_batch = 64;
+  auto p = make_plan(req);
+  ASSERT_TRUE(p.ok()) << p.status();
+  EXPECT_FALSE(p->fits);
+  EXPECT_NEAR(p->memory.total() / 1e9, 249, 1) << "the total of the issue's report";
+  const std::string text = format_plan(*p, req);
+  EXPECT_NE(text.find("micro-batch 64 DOES NOT FIT; the largest power of two that fits is 16 (--micro-batch 16)"),
+            std::string::npos) << text;
+  req.micro_batch = 16;  // the suggestion fits
+  p = make_plan(req);
+  ASSERT_TRUE(p.ok());
+  EXPECT_TRUE(p->fits);
+  EXPECT_EQ(format_plan(*p, req).find("DOES NOT FIT"), std::string::npos) << format_plan(*p, req);
+  // Not even one sequence: nothing to suggest but a shorter sequence, a smaller model or more memory.
+  req.micro_batch = 0;
+  req.model = *model::preset("1b");
+  req.gpu = "4090";
+  p = make_plan(req);
+  ASSERT_TRUE(p.ok());
+  EXPECT_FALSE(p->fits);
+  EXPECT_EQ(p->max_micro_batch, 0);
+  EXPECT_NE(format_plan(*p, req).find("DOES NOT FIT even at micro-batch 1"), std::string::npos) << format_plan(*p, req);
+}
+
+TEST(Plan, NoActivationCheckpointingIsPromised) {
+  // lmforge has no activation checkpointing: the plan must not count on it or offer it.
+  for (const char* gpu : {"h100", "4090"}) {
+    PlanRequest req;
+    req.model = *model::preset("1b");
+    req.gpu = gpu;
+    auto p = make_plan(req);
+    ASSERT_TRUE(p.ok());
+    const std::string text = format_plan(*p, req);
+    size_t at = 0;
+    while ((at = text.find("checkpointing", at)) != std::string::npos) {
+      EXPECT_EQ(text.substr(at - 18, 18), "has no activation ") << gpu << ":\n" << text;
+      ++at;
+    }
+  }
+}
+
+TEST(Plan, H100VariantsHaveTheirOwnPeaksAndMemoryAsAtRunTime) {
+  // Dense bf16 peaks of the data sheets: SXM 989, PCIe 756, NVL 835 TFLOP/s; NVL has 94 GB.
+  struct Case { const char* name; double tflops, gb; const char* nvidia_smi; };
+  for (const Case& c : {Case{"h100", 989, 80, "NVIDIA H100 80GB HBM3"}, Case{"h100-sxm", 989, 80, "NVIDIA H100 80GB HBM3"},
+                        Case{"h100-pcie", 756, 80, "NVIDIA H100 PCIe"}, Case{"H100_PCIe", 756, 80, "NVIDIA H100 PCIe"},
+                        Case{"h100-nvl", 835, 94, "NVIDIA H100 NVL"}, Case{"NVIDIA H100 NVL", 835, 94, "NVIDIA H100 NVL"},
+                        Case{"h200", 989, 141, "NVIDIA H200"}, Case{"a100", 312, 80, "NVIDIA A100-SXM4-80GB"}}) {
+    PlanRequest req;
+    req.model = *model::preset("400m");
+    req.gpu = c.name;
+    auto p = make_plan(req);
+    ASSERT_TRUE(p.ok()) << c.name << ": " << p.status();
+    EXPECT_DOUBLE_EQ(p->peak_flops, c.tflops * 1e12) << c.name;
+    EXPECT_DOUBLE_EQ(p->memory_per_gpu, c.gb * 1e9) << c.name;
+    // The trainer's MFU reads the row of nvidia-smi's name (device_peak): the same row.
+    EXPECT_EQ(find_gpu(c.nvidia_smi), gpu_by_name(c.name)) << c.name << " vs " << c.nvidia_smi;
+  }
+  // Every table row has a plan name that finds it back.
+  for (const auto& name : gpu_names()) EXPECT_NE(gpu_by_name(name), nullptr) << name;
+  // A near miss is an error listing the names, not the SXM row by substring.
+  PlanRequest req;
+  req.model = *model::preset("400m");
+  req.gpu = "h100-pci";
+  auto p = make_plan(req);
+  ASSERT_FALSE(p.ok());
+  EXPECT_NE(std::string(p.status().message()).find("h100-pcie, h100-nvl, h100"), std::string::npos) << p.status();
 }
 
 TEST(Plan, BadInputNamesTheFlag) {
