@@ -240,7 +240,7 @@ absl::Status run_fit(const FitOptions& o) {
   if (tok_dir.empty() && o.resume) tok_dir = run.tokenizer();
   if (tok_dir.empty()) tok_dir = set.tokenizer_path();
   LM_ASSIGN_OR_RETURN(tokenizer::Tokenizer tok, tokenizer::Tokenizer::load(tok_dir));
-  LM_RETURN_IF_ERROR(set.check_tokenizer(tok.hash(), tok.vocab_size()));
+  LM_RETURN_IF_ERROR(set.check_tokenizer(tok));  // hash, vocabulary and framing
   rf.model.vocab_size = tok.vocab_size();
 
   train::FitRequest req;

@@ -23,9 +23,9 @@ void add_mc(CLI::App& app, Registry& reg) {
   sub->add_option("--data-dir", o.data_dir, "folder with one sub-folder per task in the original formats (docs/eval.md)")
       ->required();
   sub->add_option("--limit", o.limit, "first N examples of each task (0 = all)")->capture_default_str();
-  sub->add_option("--prefix", o.prefix, "token before every context: bos (lm-evaluation-harness >= 0.4.10 on our export), eos (document start "
-                  "as in the shards), none (harness <= 0.4.9.1)")
-      ->capture_default_str();
+  sub->add_option("--prefix", o.prefix, "token before every context: bos (lm-evaluation-harness >= 0.4.10 on our export), eos, "
+                  "none (harness <= 0.4.9.1); default: where a document starts in training, from the tokenizer's "
+                  "framing (bos for bos + text + eos)");
   sub->add_option("--log-samples", o.log_samples, "per-example JSONL (contexts, continuations, log-probs, predictions)");
   sub->footer(
       "Examples:\n"

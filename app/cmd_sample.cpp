@@ -6,6 +6,7 @@
 #include "app/commands.h"
 #include "core/config.h"
 #include "core/run_folder.h"
+#include "eval/evaluate.h"
 #include "model/checkpoint_reader.h"
 #include "model/generate.h"
 #include "tokenizer/tokenizer.h"
@@ -18,8 +19,17 @@ struct SampleCli {
   std::string run, prompt;
   int64_t step = -1;
   model::SampleOptions opt;
-  bool no_cache = false, add_bos = true, json = false;
+  std::string prefix;  // "" = the tokenizer's framing (bos + text + eos: bos; text + eos: eos) | bos | eos | none
+  bool no_cache = false, no_bos = false, json = false;
 };
+
+// The token before the prompt: where a document's text starts in training (the tokenizer's
+// framing), unless --prefix / --no-bos say otherwise; the same rule as lmeval mc's contexts.
+absl::StatusOr<eval::ContextPrefix> prompt_prefix(const SampleCli& o, const tokenizer::Tokenizer& tok) {
+  if (o.no_bos && !o.prefix.empty() && o.prefix != "none")
+    return absl::InvalidArgumentError("--no-bos (= --prefix none) contradicts --prefix " + o.prefix);
+  return eval::context_prefix(tok, o.no_bos ? "none" : o.prefix);
+}
 
 absl::Status run_sample(const SampleCli& o) {
   const RunFolder run(o.run);
@@ -29,8 +39,8 @@ absl::Status run_sample(const SampleCli& o) {
   LM_ASSIGN_OR_RETURN(tokenizer::Tokenizer tok, tokenizer::Tokenizer::load(run.tokenizer()));
   if (o.opt.temperature < 0) return absl::InvalidArgumentError("--temperature: must be >= 0 (0 = greedy)");
   if (o.opt.top_p <= 0 || o.opt.top_p > 1) return absl::InvalidArgumentError("--top-p: must be in (0, 1]");
-  std::vector<int32_t> ids;
-  if (o.add_bos) ids.push_back(tok.bos_id());  // documents are trained as bos + text + eos
+  LM_ASSIGN_OR_RETURN(auto start, prompt_prefix(o, tok));
+  std::vector<int32_t> ids = start.ids;
   for (int32_t t : tok.encode(o.prompt)) ids.push_back(t);
   model::SampleOptions opt = o.opt;
   opt.eos_id = tok.eos_id();
@@ -40,7 +50,8 @@ absl::Status run_sample(const SampleCli& o) {
   if (o.json) {
     Json j = {{"prompt", o.prompt}, {"completion", text}, {"tokens", g.tokens}, {"prompt_tokens", g.prompt_tokens},
               {"tokens_per_s", g.tokens_per_s}, {"prefill_s", g.prefill_seconds}, {"decode_s", g.decode_seconds},
-              {"stopped_at_eos", g.stopped_at_eos}, {"checkpoint", ckpt}, {"kv_cache", opt.use_cache}};
+              {"stopped_at_eos", g.stopped_at_eos}, {"checkpoint", ckpt}, {"kv_cache", opt.use_cache},
+              {"prefix", start.mode}, {"framing", tok.framing().describe()}};
     std::printf("%s\n", j.dump().c_str());
   } else {
     std::printf("%s%s\n", o.prompt.c_str(), text.c_str());
@@ -64,7 +75,9 @@ void add_sample(CLI::App& app, Registry& reg) {
   sub->add_option("--top-p", o.opt.top_p, "nucleus mass kept when sampling")->capture_default_str();
   sub->add_option("--seed", o.opt.seed, "sampling seed")->capture_default_str();
   sub->add_flag("--no-cache", o.no_cache, "recompute the whole prefix each token (reference path)");
-  sub->add_flag("!--no-bos", o.add_bos, "do not start the prompt with bos");
+  sub->add_option("--prefix", o.prefix, "token before the prompt: bos, eos or none; default: where a document starts "
+                  "in training, from the tokenizer's framing (bos for bos + text + eos)");
+  sub->add_flag("--no-bos", o.no_bos, "nothing before the prompt (= --prefix none)");
   sub->add_flag("--json", o.json, "one JSON line instead of text");
   sub->footer(
       "Examples:\n"

@@ -50,7 +50,8 @@ std::string nll_table(const eval::NllOptions& o, const Json& r) {
 }
 
 std::string mc_table(const eval::McOptions& o, const Json& r) {
-  std::string s = absl::StrFormat("MC  run %s  step %d  prefix %s%s\n", o.run.run, r.value("step", int64_t{0}), o.prefix,
+  std::string s = absl::StrFormat("MC  run %s  step %d  prefix %s%s\n", o.run.run, r.value("step", int64_t{0}),
+                                  r.value("prefix", o.prefix),
                                   o.limit > 0 ? absl::StrCat("  limit ", o.limit) : "");
   absl::StrAppendFormat(&s, "%-14s %6s %7s  %15s %15s %15s", "task", "n", "chance", "acc", "acc_norm", "acc_bytes");
   if (o.run.twin) absl::StrAppendFormat(&s, "  | %15s %15s  %9s %9s", "twin acc", "twin acc_norm", "p(acc)", "p(norm)");

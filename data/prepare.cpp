@@ -171,14 +171,16 @@ absl::StatusOr<ShardManifest> prepare(const PrepareOptions& o) {
     for (const auto& p : resolve_paths(corpus, src)) total_bytes += estimated_uncompressed_bytes(p);
   }
   const int n_threads = o.threads > 0 ? o.threads : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
-  log_info("prepare: %d sources, %d languages, ~%.1f MB of text, tokenizer %s (vocab %d), %d threads",
-           corpus.sources.size(), langs.size(), total_bytes / 1e6, tok.hash(), tok.vocab_size(), n_threads);
+  log_info("prepare: %d sources, %d languages, ~%.1f MB of text, tokenizer %s (vocab %d, documents as %s), %d threads",
+           corpus.sources.size(), langs.size(), total_bytes / 1e6, tok.hash(), tok.vocab_size(),
+           tok.framing().describe(), n_threads);
 
   ShardManifest m;
   m.tokenizer_hash = tok.hash();
   m.vocab_size = tok.vocab_size();
   m.eos_id = tok.eos_id();
   m.bos_id = tok.bos_id();
+  m.framing = tok.framing();  // fit refuses a tokenizer whose framing differs (ShardSet::check_tokenizer)
   // Relative to the shards folder, so shards and tokenizer moved together (another machine, another
   // folder) still find each other; fit resolves it against the folder (ShardSet::tokenizer_path).
   m.tokenizer_dir = relative_to(o.tokenizer, o.out);
@@ -237,7 +239,7 @@ absl::StatusOr<ShardManifest> prepare(const PrepareOptions& o) {
     queue.close();
   });
 
-  // Encoder: all cores on each batch, EOS after every document, split by document hash.
+  // Encoder: all cores on each batch, each document framed (bos + text + eos), split by document hash.
   Progress progress("prepare", static_cast<double>(std::max<uint64_t>(total_bytes, 1)), "B");
   uint64_t done_bytes = 0, done_tokens = 0;
   absl::Status st;
@@ -246,8 +248,7 @@ absl::StatusOr<ShardManifest> prepare(const PrepareOptions& o) {
     const auto ids = tok.encode_batch(b.docs, n_threads);
     for (size_t i = 0; i < ids.size() && st.ok(); ++i) {
       Output& out = outputs[2 * b.source + (is_validation_doc(b.docs[i], o.val_fraction) ? 1 : 0)];
-      std::vector<int32_t> doc = ids[i];
-      doc.push_back(tok.eos_id());
+      const std::vector<int32_t> doc = tok.frame(ids[i]);
       st = out.writer.add_document(doc);
       out.docs += 1;
       out.tokens += doc.size();
@@ -352,11 +353,12 @@ absl::StatusOr<std::string> verify_shards(const std::string& dir, const std::str
   LM_ASSIGN_OR_RETURN(ShardSet set, ShardSet::open(dir, /*verify_checksum=*/true));
   if (!tokenizer_dir.empty()) {
     LM_ASSIGN_OR_RETURN(tokenizer::Tokenizer tok, tokenizer::Tokenizer::load(tokenizer_dir));
-    LM_RETURN_IF_ERROR(set.check_tokenizer(tok.hash(), tok.vocab_size()));
+    LM_RETURN_IF_ERROR(set.check_tokenizer(tok));
   }
   std::string s = absl::StrFormat("%s: %d shards verified (header, offsets, payload CRC, ids < vocab %d), "
-                                  "tokenizer %s\n",
-                                  dir, set.manifest().shards.size(), set.vocab_size(), set.tokenizer_hash());
+                                  "tokenizer %s, documents framed as %s\n",
+                                  dir, set.manifest().shards.size(), set.vocab_size(), set.tokenizer_hash(),
+                                  set.framing().describe());
   for (const auto& d : set.datasets()) {
     s += absl::StrFormat("  %-6s %-5s %3d shards %14d tokens\n", d.lang, d.split, d.shards.size(), d.tokens);
   }

@@ -77,6 +77,22 @@ absl::Status report_from_json(const Json& j, const std::string& path, LanguageRe
   return rd.finish();
 }
 
+// Version 2 requires "framing"; version 1 predates it and its prepare wrote text + eos.
+absl::Status framing_from_json(const Json& j, int version, tokenizer::Framing& out) {
+  if (version == 1) {
+    if (!j.is_null()) return absl::InvalidArgumentError("framing: not a key of version 1 (write version 2)");
+    out = tokenizer::kLegacyFraming;
+    return absl::OkStatus();
+  }
+  if (j.is_null())
+    return absl::InvalidArgumentError("framing: missing (version 2 records it; re-run 'lmtrain prepare')");
+  out = tokenizer::Framing{false, false};  // both keys are required: no default may stand in
+  ObjectReader rd(j, "framing");
+  rd("bos", out.bos, true);
+  rd("eos", out.eos, true);
+  return rd.finish();
+}
+
 Json source_to_json(const SourceReport& r) {
   return Json{{"id", r.id},         {"lang", r.lang},       {"weight", r.weight},
               {"docs", r.docs},     {"chars", r.chars},     {"train_tokens", r.train_tokens},
@@ -134,6 +150,7 @@ Json manifest_to_json(const ShardManifest& m) {
   for (const auto& [lang, w] : m.weights) weights[lang] = w;
   return Json{{"format", kManifestFormat},
               {"version", kManifestVersion},
+              {"framing", to_json(m.framing)},
               {"tokenizer",
                {{"hash", m.tokenizer_hash},
                 {"vocab_size", m.vocab_size},
@@ -153,9 +170,10 @@ absl::StatusOr<ShardManifest> manifest_from_json(const Json& j, const std::strin
   ObjectReader top(j, "");
   std::string format;
   int version = 0;
-  Json tok, weights, shards, langs, sources;
+  Json tok, weights, shards, langs, sources, framing;
   top("format", format, true);
   top("version", version, true);
+  top("framing", framing);
   top("tokenizer", tok, true);
   top("weights", weights);
   top("shards", shards, true);
@@ -168,10 +186,11 @@ absl::StatusOr<ShardManifest> manifest_from_json(const Json& j, const std::strin
         "format: '%s', expected '%s' (is this the folder written by 'lmtrain prepare'?)", format,
         kManifestFormat)));
   }
-  if (version != kManifestVersion) {
+  if (version != kManifestVersion && version != 1) {
     return fail(absl::FailedPreconditionError(absl::StrFormat(
-        "version: %d, this build reads %d (re-run 'lmtrain prepare')", version, kManifestVersion)));
+        "version: %d, this build reads 1 and %d (re-run 'lmtrain prepare')", version, kManifestVersion)));
   }
+  LM_RETURN_IF_ERROR(fail(framing_from_json(framing, version, m.framing)));
   ObjectReader t(tok, "tokenizer");
   t("hash", m.tokenizer_hash, true);
   t("vocab_size", m.vocab_size, true);
@@ -292,6 +311,18 @@ absl::Status ShardSet::check_tokenizer(const std::string& hash, int32_t vocab) c
     }
   }
   return absl::OkStatus();
+}
+
+absl::Status ShardSet::check_tokenizer(const tokenizer::Tokenizer& tok) const {
+  LM_RETURN_IF_ERROR(check_tokenizer(tok.hash(), tok.vocab_size()));
+  if (tok.framing() == manifest_.framing) return absl::OkStatus();
+  const std::string meta = tok.dir().empty() ? std::string("the run's tokenizer")
+                                             : (fs::path(tok.dir()) / tokenizer::kMetaFile).string();
+  return absl::FailedPreconditionError(absl::StrFormat(
+      "%s: framing: the shards hold each document as %s but %s says %s (re-run 'lmtrain prepare --tokenizer %s' "
+      "into an empty folder, so that the shards are framed as the tokenizer says; docs/data.md, \"Framing\")",
+      (fs::path(dir_) / kManifestName).string(), manifest_.framing.describe(), meta, tok.framing().describe(),
+      tok.dir().empty() ? "TOKENIZER" : tok.dir()));
 }
 
 std::vector<std::string> ShardSet::languages(const std::string& split) const {

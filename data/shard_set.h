@@ -10,12 +10,14 @@
 #include "core/config.h"
 #include "core/status.h"
 #include "data/shard.h"
+#include "tokenizer/tokenizer.h"
 
 namespace lm::data {
 
 inline constexpr const char* kManifestName = "manifest.json";
 inline constexpr const char* kManifestFormat = "lmforge.shards";
-inline constexpr int kManifestVersion = 1;
+// 2: "framing" recorded (required). 1: no framing; its shards hold text + eos (kLegacyFraming).
+inline constexpr int kManifestVersion = 2;
 
 // One shard as manifest.json lists it; `path` is relative to the shards folder.
 struct ShardEntry {
@@ -61,6 +63,7 @@ struct ShardManifest {
   int32_t eos_id = -1;
   int32_t bos_id = -1;
   std::string tokenizer_dir;               // relative to the shards folder (absolute in older manifests)
+  tokenizer::Framing framing;              // how prepare laid out each document (the tokenizer's)
   std::map<std::string, double> weights;   // per language (sum over its sources with training
                                            // tokens); empty = by token count
   std::vector<ShardEntry> shards;
@@ -92,6 +95,10 @@ class ShardSet {
   // Every shard must carry this tokenizer hash and vocabulary size (the tokenizer's, not a
   // padded embedding size); the error names the shard, both values and what to do.
   absl::Status check_tokenizer(const std::string& hash, int32_t vocab) const;
+  // The above for `tok`, plus its framing must equal the shards' (manifest.json): a model trained
+  // on shards of another framing would see BOS where it never saw one, or miss it. The error
+  // names both files and says to re-run prepare.
+  absl::Status check_tokenizer(const tokenizer::Tokenizer& tok) const;
 
   const std::string& dir() const { return dir_; }
   // The tokenizer prepare used: the manifest's tokenizer.dir resolved against this folder (an
@@ -101,6 +108,7 @@ class ShardSet {
   const std::string& tokenizer_hash() const { return manifest_.tokenizer_hash; }
   int32_t vocab_size() const { return manifest_.vocab_size; }
   int32_t eos_id() const { return manifest_.eos_id; }
+  const tokenizer::Framing& framing() const { return manifest_.framing; }
   // Mixture weights recorded by prepare (may be empty).
   const std::map<std::string, double>& weights() const { return manifest_.weights; }
 

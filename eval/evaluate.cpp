@@ -130,7 +130,7 @@ Json run_header(const Models& m, const RunOptions& o) {
                               : "not scored (pass --twin)"}};
 }
 
-// Documents of a text file: one per non-empty line, each followed by EOS.
+// Documents of a text file: one per non-empty line, each framed as prepare frames a document.
 TokenIds text_stream(const tokenizer::Tokenizer& tok, const std::string& text) {
   TokenIds stream;
   size_t pos = 0;
@@ -140,9 +140,8 @@ TokenIds text_stream(const tokenizer::Tokenizer& tok, const std::string& text) {
     std::string_view line(text.data() + pos, end - pos);
     if (!line.empty() && line.back() == '\r') line.remove_suffix(1);
     if (!line.empty()) {
-      TokenIds ids = tok.encode(line);
+      const TokenIds ids = tok.frame(tok.encode(line));
       stream.insert(stream.end(), ids.begin(), ids.end());
-      stream.push_back(tok.eos_id());
     }
     pos = end + 1;
   }
@@ -153,11 +152,26 @@ TokenIds text_stream(const tokenizer::Tokenizer& tok, const std::string& text) {
 
 std::string prefix_rule(const std::string& prefix) {
   if (prefix == "bos")
-    return "BOS before every context: what lm-evaluation-harness >= 0.4.10 (hf model) does with this export's "
-           "tokenizer (add_bos_token true); the default";
+    return "BOS before every context: where a document starts in training with the framing bos + text + eos "
+           "(the default then), and what lm-evaluation-harness >= 0.4.10 (hf model) does with this export's "
+           "tokenizer (add_bos_token true)";
   if (prefix == "eos")
-    return "EOS before every context: where the shards start a document (prepare appends EOS to each)";
+    return "EOS before every context: where a document starts in training with the framing text + eos (after "
+           "the previous document's EOS; the default then)";
   return "nothing before the context: lm-evaluation-harness <= 0.4.9.1";
+}
+
+std::string default_prefix(const tokenizer::Framing& framing) { return framing.bos ? "bos" : "eos"; }
+
+absl::StatusOr<ContextPrefix> context_prefix(const tokenizer::Tokenizer& tok, const std::string& prefix) {
+  ContextPrefix p;
+  p.from_framing = prefix.empty();
+  p.mode = p.from_framing ? default_prefix(tok.framing()) : prefix;
+  if (p.mode == "bos") p.ids = {tok.bos_id()};
+  else if (p.mode == "eos") p.ids = {tok.eos_id()};
+  else if (p.mode != "none")
+    return absl::InvalidArgumentError("--prefix: expected bos, eos or none, got '" + prefix + "'");
+  return p;
 }
 
 namespace {
@@ -195,9 +209,10 @@ size_t add_windows(const NllOptions& o, const tokenizer::Tokenizer& tok, int64_t
     return lw.windows.size() - before;
   }
   int64_t scored = 0;
-  for (const auto& doc : split_documents(stream, tok.eos_id())) {
+  // Each document without its framing, after the token that starts a document in training.
+  for (const auto& doc : split_documents(stream, tok.eos_id(), tok.framing().bos ? tok.bos_id() : -1)) {
     if (budget > 0 && scored >= budget) break;
-    for (auto& w : harness_rolling_windows(doc, tok.bos_id(), seq_len)) lw.windows.push_back(std::move(w));
+    for (auto& w : harness_rolling_windows(doc, tok.start_id(), seq_len)) lw.windows.push_back(std::move(w));
     scored += static_cast<int64_t>(doc.size());
     const std::string text = tok.decode(doc);
     lw.doc_bytes += static_cast<int64_t>(text.size());
@@ -217,7 +232,7 @@ absl::StatusOr<std::vector<LangWindows>> nll_windows(const NllOptions& o, const 
     return langs;
   }
   LM_ASSIGN_OR_RETURN(auto set, data::ShardSet::open(o.data));
-  LM_RETURN_IF_ERROR(set.check_tokenizer(tok.hash(), tok.vocab_size()));
+  LM_RETURN_IF_ERROR(set.check_tokenizer(tok));
   for (const auto& lang : o.langs.empty() ? set.languages("val") : o.langs) {
     auto readers = set.readers(lang, "val");
     if (readers.empty())
@@ -240,18 +255,22 @@ absl::StatusOr<std::vector<LangWindows>> nll_windows(const NllOptions& o, const 
 
 Json nll_result_header(const Models& m, const NllOptions& o, int64_t seq_len) {
   const bool harness = o.docs == "harness";
+  const tokenizer::Framing& framing = m.run.tokenizer.framing();
   Json result = run_header(m, o.run);
   result["kind"] = "nll";
+  result["framing"] = framing.describe();
+  if (harness) result["prefix"] = default_prefix(framing);
   result["source"] = o.text.empty() ? o.data : o.text;
   result["seq_len"] = seq_len;
   result["stride"] = o.stride;
   result["docs"] = o.docs;
   result["definition"] =
-      harness ? "lm-evaluation-harness loglikelihood_rolling: each document (a line of --text, or the tokens "
-                "between EOS in a shard) on its own after BOS, rolling windows of seq_len, EOS never scored"
-              : "token stream as in training: documents joined by EOS, every EOS prediction scored, windows "
-                "run across documents";
-  result["windows"] = harness ? "harness rolling: the first window after BOS, later ones with seq_len tokens of context"
+      harness ? "lm-evaluation-harness loglikelihood_rolling: each document (a line of --text, or the text "
+                "tokens between EOS in a shard) on its own after the framing's start token (prefix: BOS with "
+                "bos + text + eos, else EOS), rolling windows of seq_len, BOS and EOS never scored"
+              : "token stream as in training: documents framed as " + framing.describe() +
+                    " (a --text line too), every BOS and EOS prediction scored, windows run across documents";
+  result["windows"] = harness ? "harness rolling: the first window after the prefix, later ones with seq_len tokens of context"
                       : o.stride == 0 || o.stride == seq_len
                           ? "non-overlapping: every token after the first of each shard scored once"
                           : "sliding: each token scored once with >= seq_len - stride tokens of context";
@@ -347,7 +366,7 @@ absl::StatusOr<std::vector<std::string>> mc_task_names(const McOptions& o) {
       return absl::InvalidArgumentError(absl::StrCat("--tasks: unknown task '", n, "' (known: ",
                                                      absl::StrJoin(known, ","), ", benqa, all)"));
   }
-  if (o.prefix != "bos" && o.prefix != "eos" && o.prefix != "none")
+  if (!o.prefix.empty() && o.prefix != "bos" && o.prefix != "eos" && o.prefix != "none")
     return absl::InvalidArgumentError("--prefix: expected bos, eos or none, got '" + o.prefix + "'");
   return names;
 }
@@ -372,13 +391,16 @@ absl::StatusOr<std::vector<McTask>> load_mc_tasks(const McOptions& o, const std:
   return tasks;
 }
 
-Json mc_result_header(const Models& m, const McOptions& o, const Json& missing) {
+// `o.prefix` is resolved (never empty); `from_framing`: it was not given and came from the framing.
+Json mc_result_header(const Models& m, const McOptions& o, const Json& missing, bool from_framing) {
   Json result = run_header(m, o.run);
   result["kind"] = "mc";
   result["data_dir"] = o.data_dir;
   result["limit"] = o.limit;
   result["prefix"] = o.prefix;
   result["prefix_rule"] = prefix_rule(o.prefix);
+  result["framing"] = m.run.tokenizer.framing().describe();
+  result["prefix_from"] = from_framing ? "the tokenizer's framing (the default)" : "--prefix";
   result["scoring"] =
       "zero-shot, lm-evaluation-harness prompts; score = sum of continuation token log-probs with the harness's "
       "_encode_pair; acc_norm divides by the choice's length in characters (delimiter excluded), acc_bytes by "
@@ -478,17 +500,18 @@ void log_mc_samples(const McOptions& o, const McTask& task, const TaskRun& tr, s
 
 }  // namespace
 
-absl::StatusOr<Json> run_mc(const McOptions& o) {
-  LM_ASSIGN_OR_RETURN(const std::vector<std::string> names, mc_task_names(o));
+absl::StatusOr<Json> run_mc(const McOptions& given) {
+  LM_ASSIGN_OR_RETURN(const std::vector<std::string> names, mc_task_names(given));
   Json missing = Json::object();
-  LM_ASSIGN_OR_RETURN(std::vector<McTask> tasks, load_mc_tasks(o, names, missing));
-  LM_ASSIGN_OR_RETURN(Models m, load_models(o.run));
+  LM_ASSIGN_OR_RETURN(std::vector<McTask> tasks, load_mc_tasks(given, names, missing));
+  LM_ASSIGN_OR_RETURN(Models m, load_models(given.run));
   const auto& tok = m.run.tokenizer;
-  TokenIds prefix;
-  if (o.prefix == "eos") prefix = {tok.eos_id()};
-  if (o.prefix == "bos") prefix = {tok.bos_id()};
+  McOptions o = given;
+  LM_ASSIGN_OR_RETURN(const ContextPrefix start, context_prefix(tok, given.prefix));
+  o.prefix = start.mode;
+  const TokenIds& prefix = start.ids;
   Encoder encode = [&tok](std::string_view s) { return tok.encode(s); };
-  Json result = mc_result_header(m, o, missing);
+  Json result = mc_result_header(m, o, missing, given.prefix.empty());
   std::ofstream samples;
   if (!o.log_samples.empty()) {
     samples.open(o.log_samples, std::ios::binary | std::ios::trunc);

@@ -9,6 +9,7 @@
 
 #include "core/config.h"
 #include "core/status.h"
+#include "tokenizer/tokenizer.h"
 
 namespace lm::eval {
 
@@ -31,9 +32,10 @@ struct NllOptions {
   int64_t stride = 0;              // 0: non-overlapping windows
   int64_t max_tokens = 0;          // per language, 0 = all
   std::string dump_tokens;         // JSON with every window's tokens and per-token NLL
-  // stream: windows over the token stream as training sees it (documents joined by EOS, each
-  // EOS scored). harness: lm-evaluation-harness's loglikelihood_rolling — each document on its own
-  // after a BOS, rolling windows, EOS never scored, bytes of each document decoded on its own.
+  // stream: windows over the token stream as training sees it (documents framed as the tokenizer
+  // says, each BOS and EOS scored). harness: lm-evaluation-harness's loglikelihood_rolling — each
+  // document's text on its own after the framing's start token (BOS with bos + text + eos, else
+  // EOS), rolling windows, BOS/EOS never scored, bytes of each document decoded on its own.
   std::string docs = "stream";
 };
 absl::StatusOr<Json> run_nll(const NllOptions& o);
@@ -43,15 +45,27 @@ struct McOptions {
   std::string data_dir;
   std::vector<std::string> tasks;  // names; "benqa" = benqa_bn + benqa_en, "all" = every task
   int64_t limit = 0;
-  // Token before every context: bos (default: the harness's hf model on our export, whose
-  // tokenizer_config says add_bos_token true) | eos (a document start as the shards have it) | none.
-  std::string prefix = "bos";
+  // Token before every context: "" (default) = where a document starts in training, from the
+  // run's tokenizer framing (bos + text + eos: bos, which is also what the harness's hf model does
+  // on our export; text + eos: eos) | bos | eos | none. The result JSON names the one used.
+  std::string prefix;
   std::string log_samples;         // per-example JSONL
 };
 absl::StatusOr<Json> run_mc(const McOptions& o);
 
 // One sentence for the result JSON: what `prefix` puts before a context and whose convention it is.
 std::string prefix_rule(const std::string& prefix);
+// The prefix a framing implies: "bos" with framing.bos, else "eos" (Tokenizer::start_id()).
+std::string default_prefix(const tokenizer::Framing& framing);
+
+// The token(s) before a context (mc) or a prompt (lmeval sample): `prefix` "" = the tokenizer's
+// framing (default_prefix), else bos | eos | none; anything else is InvalidArgument.
+struct ContextPrefix {
+  std::string mode;  // bos | eos | none
+  std::vector<int32_t> ids;
+  bool from_framing = false;
+};
+absl::StatusOr<ContextPrefix> context_prefix(const tokenizer::Tokenizer& tok, const std::string& prefix);
 
 // "a,b,benqa" -> {"a", "b", "benqa_bn", "benqa_en"}; "all" -> every task.
 std::vector<std::string> expand_tasks(const std::vector<std::string>& names);

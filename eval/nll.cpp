@@ -51,11 +51,13 @@ std::vector<Window> harness_rolling_windows(const TokenIds& doc, int32_t prefix,
   return out;
 }
 
-std::vector<TokenIds> split_documents(const TokenIds& stream, int32_t eos) {
+std::vector<TokenIds> split_documents(const TokenIds& stream, int32_t eos, int32_t bos) {
   std::vector<TokenIds> docs(1);
   for (int32_t t : stream) {
     if (t == eos) {
       if (!docs.back().empty()) docs.emplace_back();
+    } else if (t == bos && docs.back().empty()) {
+      continue;  // the framing's BOS: the rolling windows put their own prefix there
     } else {
       docs.back().push_back(t);
     }

@@ -28,13 +28,15 @@ std::vector<Window> make_windows(const TokenIds& stream, int64_t seq_len, int64_
                                  int64_t max_targets = 0);
 
 // The harness's definition (lm-evaluation-harness loglikelihood_rolling: get_rolling_token_windows
-// with context_len 1, then make_disjoint_window), for one document `doc` (its tokens, no EOS):
+// with context_len 1, then make_disjoint_window), for one document `doc` (its tokens, no BOS or EOS;
+// `prefix` is lmeval's Tokenizer::start_id(), BOS with the framing bos + text + eos):
 // the first window is prefix + doc[:L-1] scoring doc[:L]; each later window scores the next
 // min(L, rest) tokens with the L tokens before them as context (the last one overlaps the one
 // before). Only the document's own tokens are scored: never the EOS after it.
 std::vector<Window> harness_rolling_windows(const TokenIds& doc, int32_t prefix, int64_t seq_len);
-// The documents of a token stream: the runs between EOS tokens, EOS dropped, empty runs skipped.
-std::vector<TokenIds> split_documents(const TokenIds& stream, int32_t eos);
+// The documents of a token stream: the runs between EOS tokens, EOS dropped, empty runs skipped;
+// a `bos` (>= 0) that opens a document is dropped too (shards framed bos + text + eos).
+std::vector<TokenIds> split_documents(const TokenIds& stream, int32_t eos, int32_t bos = -1);
 
 struct NllStats {
   int64_t tokens = 0;   // scored tokens

@@ -169,8 +169,9 @@ void add_tokenizer_metadata(model::GgufWriter& w, const SpmVocab& v, const Speci
   w.add_u32("tokenizer.ggml.eos_token_id", static_cast<uint32_t>(sp.eos_id));
   w.add_u32("tokenizer.ggml.unknown_token_id", static_cast<uint32_t>(sp.unk_id));
   w.add_u32("tokenizer.ggml.padding_token_id", static_cast<uint32_t>(sp.pad_id));
-  // Shards hold text + eos per document and never bos (data/prepare.cpp), so a prompt is plain text.
-  w.add_bool("tokenizer.ggml.add_bos_token", false);
+  // The tokenizer's framing (tokenizer.json): with bos + text + eos llama.cpp starts a prompt with BOS
+  // as a document starts in training; with the old text + eos the prompt is plain text.
+  w.add_bool("tokenizer.ggml.add_bos_token", sp.add_bos);
   w.add_bool("tokenizer.ggml.add_eos_token", false);
   w.add_bool("tokenizer.ggml.add_space_prefix", v.add_dummy_prefix);
   if (model == "t5") {

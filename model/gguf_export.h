@@ -10,9 +10,9 @@
 // (llama.cpp's Unigram tokenizer) for lmforge's unigram models: llama.cpp's "llama" tokenizer
 // merges pairs greedily as SentencePiece-BPE does and gave lmforge's ids on only 34 of 96 test
 // texts, "t5" on 96 (a character outside the vocabulary differs: lmforge falls back to bytes,
-// llama.cpp's Unigram has no byte fallback and gives <unk>). add_bos_token and
-// add_eos_token are false: prepared shards hold text + eos per document and no bos
-// (docs/export.md, "GGUF").
+// llama.cpp's Unigram has no byte fallback and gives <unk>). add_bos_token is the tokenizer's
+// framing (true for bos + text + eos, false for the old text + eos) and add_eos_token false
+// (docs/export.md, "GGUF"; docs/data.md, "Framing").
 #pragma once
 
 #include <string>

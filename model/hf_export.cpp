@@ -98,8 +98,15 @@ std::string eval_tables(const std::string& run_dir) {
 
 absl::StatusOr<SpecialTokens> read_special_tokens(const std::string& tokenizer_json) {
   SpecialTokens sp;
+  sp.add_bos = false;  // no tokenizer.json, or one without "framing": the old framing text + eos
   if (!fs::exists(tokenizer_json)) return sp;
   LM_ASSIGN_OR_RETURN(Json j, read_json_file(tokenizer_json));
+  if (j.contains("framing")) {
+    const Json& f = j["framing"];
+    if (!f.is_object() || !f.contains("bos") || !f["bos"].is_boolean())
+      return absl::DataLossError(absl::StrCat(tokenizer_json, ": framing.bos: expected true or false (re-run 'lmtrain tokenizer')"));
+    sp.add_bos = f["bos"].get<bool>();
+  }
   auto id = [&](const char* key, int64_t& out) -> absl::Status {
     if (!j.contains(key)) return absl::OkStatus();
     if (!j[key].is_number_integer())
@@ -296,11 +303,13 @@ absl::StatusOr<ExportResult> export_hf(const ExportOptions& opt) {
     log_warn("no tokenizer.json: %s; transformers will convert tokenizer.model itself (check its ids)",
              std::string(tj.status().message()));
   }
-  // Documents are stored as bos + text + eos (data/shard_set), so the HF tokenizer adds bos.
+  // add_bos_token is the tokenizer's framing (tokenizer.json "framing.bos"): with bos + text + eos
+  // a document starts with BOS in training, so the HF tokenizer adds it; with the old text + eos it
+  // does not. add_eos_token false: a prompt is the start of a document, not a whole one.
   // legacy true: the SentencePiece-library classes (transformers 5's SentencePieceBackend, 4.x's
   // slow LlamaTokenizer) then call plain sp.encode; legacy false re-encodes behind an "<unk>" and
   // strips it, which drops the dummy-prefix piece on every line with this vocabulary (checked).
-  Json tc = {{"tokenizer_class", tok_class}, {"add_bos_token", true}, {"add_eos_token", false},
+  Json tc = {{"tokenizer_class", tok_class}, {"add_bos_token", sp.add_bos}, {"add_eos_token", false},
              {"bos_token", sp.bos}, {"eos_token", sp.eos}, {"unk_token", sp.unk}, {"pad_token", sp.pad},
              {"model_max_length", mc.max_seq_len}, {"clean_up_tokenization_spaces", false},
              {"legacy", true}, {"sp_model_kwargs", Json::object()}, {"padding_side", "right"}};

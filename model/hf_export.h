@@ -34,10 +34,13 @@ struct ExportResult {
 };
 
 // Special token ids and pieces, read from the run's tokenizer/tokenizer.json (defaults: the
-// project's fixed ids unk 0, bos 1, eos 2, pad 3).
+// project's fixed ids unk 0, bos 1, eos 2, pad 3), and its framing's BOS (lm_model does not link
+// the tokenizer library, so this is the second reader of tokenizer.json's "framing"; it follows
+// tokenizer/tokenizer.h: a file without "framing" is the old text + eos, so no BOS).
 struct SpecialTokens {
   int64_t unk_id = 0, bos_id = 1, eos_id = 2, pad_id = 3;
   std::string unk = "<unk>", bos = "<s>", eos = "</s>", pad = "<pad>";
+  bool add_bos = true;  // framing.bos: add_bos_token of both exports, BOS in tokenizer.json's post-processor
 };
 absl::StatusOr<SpecialTokens> read_special_tokens(const std::string& tokenizer_json);
 

@@ -164,7 +164,8 @@ absl::StatusOr<Json> hf_tokenizer_json(const std::string& spm_model, const Speci
   if (m.byte_fallback) decoders.push_back(Json{{"type", "ByteFallback"}});
   if (m.add_dummy_prefix || m.byte_fallback) decoders.push_back(Json{{"type", "Fuse"}});
   if (m.add_dummy_prefix) decoders.push_back(Json{{"type", "Strip"}, {"content", " "}, {"start", 1}, {"stop", 0}});
-  // bos + text, as training stores documents (and as tokenizer_config's add_bos_token says).
+  // bos + text when the framing has BOS, as training stores documents (and as tokenizer_config's
+  // add_bos_token says); otherwise no post-processor: the text alone.
   const Json bos = Json{{"SpecialToken", Json{{"id", sp.bos}, {"type_id", 0}}}};
   auto seq = [](const char* id) { return Json{{"Sequence", Json{{"id", id}, {"type_id", 0}}}}; };
   Json post = {{"type", "TemplateProcessing"},
@@ -177,7 +178,7 @@ absl::StatusOr<Json> hf_tokenizer_json(const std::string& spm_model, const Speci
               {"added_tokens", added},
               {"normalizer", Json{{"type", "Sequence"}, {"normalizers", norms}}},
               {"pre_tokenizer", pre},
-              {"post_processor", post},
+              {"post_processor", sp.add_bos ? post : Json(nullptr)},
               {"decoder", Json{{"type", "Sequence"}, {"decoders", decoders}}},
               {"model", Json{{"type", "Unigram"}, {"unk_id", m.unk_id}, {"vocab", vocab}, {"byte_fallback", m.byte_fallback}}}};
 }

@@ -6,7 +6,8 @@
 // transformers' SpmConverter.build_tokenizer_from_spm_proto (legacy=False): Unigram(pieces,
 // scores, unk_id, byte_fallback); normalizer Precompiled(the model's precompiled_charsmap, which
 // carries lmforge's NFC + Bengali rules) then SentencePiece's whitespace steps; Metaspace(▁,
-// prepend "first") for add_dummy_prefix; BOS prepended by a TemplateProcessing post-processor.
+// prepend "first") for add_dummy_prefix; BOS prepended by a TemplateProcessing post-processor when
+// the tokenizer's framing has BOS (SpecialTokens::add_bos).
 #pragma once
 
 #include <string>

@@ -10,6 +10,10 @@
 
 namespace lm::tokenizer {
 
+std::string Framing::describe() const {
+  return absl::StrCat(bos ? "bos + " : "", "text", eos ? " + eos" : "");
+}
+
 std::string model_hash(const std::string& bytes) { return hex64(fnv1a64(bytes.data(), bytes.size())); }
 
 absl::StatusOr<Tokenizer> Tokenizer::from_model_bytes(const std::string& bytes, const std::string& where) {
@@ -58,6 +62,10 @@ absl::StatusOr<Tokenizer> Tokenizer::load(const std::string& dir) {
   LM_RETURN_IF_ERROR(check("bos_id", meta.bos_id, t.bos_));
   LM_RETURN_IF_ERROR(check("eos_id", meta.eos_id, t.eos_));
   LM_RETURN_IF_ERROR(check("pad_id", meta.pad_id, t.pad_));
+  if (!meta.framing.eos)
+    return absl::InvalidArgumentError(absl::StrCat(meta_path, ": framing.eos: false, but documents are split at EOS "
+                                                   "(nll, the shards' document count); set it to true"));
+  t.framing_ = meta.framing;
   return t;
 }
 
@@ -65,6 +73,15 @@ std::vector<int32_t> Tokenizer::encode(std::string_view text) const {
   std::vector<int32_t> ids;
   if (sp_) bridge::encode(*sp_, text, &ids);
   return ids;
+}
+
+std::vector<int32_t> Tokenizer::frame(const std::vector<int32_t>& text_ids) const {
+  std::vector<int32_t> doc;
+  doc.reserve(text_ids.size() + 2);
+  if (framing_.bos) doc.push_back(bos_);
+  doc.insert(doc.end(), text_ids.begin(), text_ids.end());
+  if (framing_.eos) doc.push_back(eos_);
+  return doc;
 }
 
 std::vector<std::vector<int32_t>> Tokenizer::encode_batch(const std::vector<std::string>& texts,

@@ -21,6 +21,29 @@ inline constexpr int32_t kBosId = 1;
 inline constexpr int32_t kEosId = 2;
 inline constexpr int32_t kPadId = 3;
 
+// How every document is laid out in the token stream, the one rule that prepare (shards), fit
+// (checks the shards against it), lmeval sample/mc/nll (the token before a text) and the exports
+// (add_bos_token) follow: [bos if `bos`] + encode(text) + [eos if `eos`]. docs/data.md, "Framing".
+struct Framing {
+  bool bos = true;  // a BOS before each document: the model sees BOS where a text starts
+  bool eos = true;  // an EOS after each document (required: documents are split at EOS)
+  template <class V>
+  void visit(V& v) {
+    v("bos", bos);
+    v("eos", eos);
+  }
+  bool operator==(const Framing& o) const { return bos == o.bos && eos == o.eos; }
+  bool operator!=(const Framing& o) const { return !(*this == o); }
+  // "bos + text + eos" / "text + eos", for messages and result files.
+  std::string describe() const;
+};
+// What `lmtrain tokenizer` writes into tokenizer.json (and what a tokenizer made in memory has).
+inline constexpr Framing kFraming{true, true};
+// A tokenizer.json without "framing" was written before the framing was recorded, when prepare
+// wrote text + eos and no BOS: it reads as that, so an old tokenizer and its old shards still
+// agree (and a new tokenizer with old shards is refused by fit).
+inline constexpr Framing kLegacyFraming{false, true};
+
 inline constexpr const char* kModelFile = "spm.model";
 inline constexpr const char* kMetaFile = "tokenizer.json";
 
@@ -36,6 +59,7 @@ struct TokenizerMeta {
   int64_t unk_id = kUnkId, bos_id = kBosId, eos_id = kEosId, pad_id = kPadId;
   std::string normalization = "nfc+bengali (rule table in spm.model; see docs/tokenizer.md)";
   std::string icu_version;
+  Framing framing = kLegacyFraming;  // absent in a tokenizer.json: the framing before it was recorded
   TrainOptions recipe;    // how it was trained (for people; not interpreted on load)
   SampleSummary training; // what it was trained on
   template <class V>
@@ -52,6 +76,7 @@ struct TokenizerMeta {
     v("pad_id", pad_id);
     v("normalization", normalization);
     v("icu_version", icu_version);
+    v("framing", framing);
     v("recipe", recipe);
     v("training", training);
   }
@@ -61,9 +86,10 @@ class Tokenizer {
  public:
   // `dir` holds spm.model and tokenizer.json. A missing file is NotFound, a model that does not
   // parse is DataLoss, a model whose hash or special ids differ from tokenizer.json is
-  // FailedPrecondition; each message names the file and what to do.
+  // FailedPrecondition; each message names the file and what to do. The framing is tokenizer.json's
+  // (not part of the content hash, which names spm.model's vocabulary; shards record it themselves).
   static absl::StatusOr<Tokenizer> load(const std::string& dir);
-  // From model bytes in memory (tests, the trainer before it writes the folder).
+  // From model bytes in memory (tests, the trainer before it writes the folder); framing kFraming.
   static absl::StatusOr<Tokenizer> from_model_bytes(const std::string& bytes, const std::string& where);
 
   std::vector<int32_t> encode(std::string_view text) const;  // no bos/eos added
@@ -76,6 +102,12 @@ class Tokenizer {
   int32_t pad_id() const { return pad_; }
   int32_t unk_id() const { return unk_; }
   int32_t vocab_size() const { return vocab_size_; }
+  const Framing& framing() const { return framing_; }
+  // The token the model saw right before a document's first text token: BOS with framing.bos,
+  // else the previous document's EOS. What sample, mc and nll put before a text by default.
+  int32_t start_id() const { return framing_.bos ? bos_ : eos_; }
+  // A document's text ids framed as prepare writes them: [bos if framing.bos] + ids + [eos].
+  std::vector<int32_t> frame(const std::vector<int32_t>& text_ids) const;
   bool is_byte(int32_t id) const;  // a byte-fallback piece <0xNN>
   std::string piece(int32_t id) const;
   const std::string& hash() const { return hash_; }
@@ -85,6 +117,7 @@ class Tokenizer {
   std::shared_ptr<const bridge::Sp> sp_;
   std::string hash_, dir_;
   int32_t bos_ = -1, eos_ = -1, pad_ = -1, unk_ = -1, vocab_size_ = 0;
+  Framing framing_ = kFraming;
 };
 
 // Hash recorded in tokenizer.json for model bytes.

@@ -460,6 +460,7 @@ absl::StatusOr<Tokenizer> train_tokenizer(const TrainingSample& sample, const Tr
   meta.eos_id = tok.eos_id();
   meta.pad_id = tok.pad_id();
   meta.icu_version = icu_version();
+  meta.framing = kFraming;  // recorded explicitly: a tokenizer.json without it reads as the old framing
   meta.recipe = o;
   meta.training = *summary;
   LM_RETURN_IF_ERROR(write_json_file(out_dir + "/" + kMetaFile, to_json(meta)));

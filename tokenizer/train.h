@@ -53,13 +53,16 @@ std::unordered_map<std::string, std::string> spm_kwargs(const TrainOptions& opti
                                                         const std::string& rule_tsv_path);
 
 // Trains and writes out_dir/{spm.model, normalization.tsv, tokenizer.json}; returns the loaded
-// tokenizer. `summary` (copied into tokenizer.json) gets the training time.
+// tokenizer. tokenizer.json records the framing kFraming (bos + text + eos). `summary` (copied into tokenizer.json) gets the training time.
 absl::StatusOr<Tokenizer> train_tokenizer(const TrainingSample& sample, const TrainOptions& options,
                                           const std::string& out_dir, SampleSummary* summary);
 
 // The serialized model without the fields that say where and with how many threads it was
 // trained (the rule file's path, model_prefix, input, num_threads), so its content hash is the
 // tokenizer's identity wherever it is written. A model that does not parse is returned as is.
+// The hash covers spm.model only: the framing (tokenizer.json) is not part of it, so a shard's
+// tokenizer hash names its vocabulary, and the shards' manifest records the framing on its own
+// (ShardSet::check_tokenizer compares both with the run's tokenizer).
 std::string portable_model_bytes(const std::string& model);
 
 }  // namespace lm::tokenizer

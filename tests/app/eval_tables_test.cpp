@@ -17,7 +17,7 @@ TEST(EvalTables, McRowsInTaskOrderWithDashes) {
   eval::McOptions o;
   o.run.run = "runs/x";
   o.tasks = {"piqa", "copa"};  // not alphabetical: the JSON object is
-  const Json r = {{"step", 80}, {"tasks", {{"copa", task(0.61, true)}, {"piqa", task(0.5, false)}}}};
+  const Json r = {{"step", 80}, {"prefix", "bos"}, {"tasks", {{"copa", task(0.61, true)}, {"piqa", task(0.5, false)}}}};
   const std::string s = mc_table(o, r);
   EXPECT_NE(s.find("MC  run runs/x  step 80  prefix bos"), std::string::npos) << s;
   const size_t piqa = s.find("\npiqa "), copa = s.find("\ncopa ");

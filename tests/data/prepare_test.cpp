@@ -85,19 +85,20 @@ testing::TempDir* PrepareTest::dir_ = nullptr;
 std::string PrepareTest::error_;
 std::vector<std::string> PrepareTest::bn_, PrepareTest::en_;
 
-TEST_F(PrepareTest, ShardsHoldEveryDocumentWithEos) {
+TEST_F(PrepareTest, ShardsHoldEveryDocumentWithBosAndEos) {
   auto m = prepare(options("shards"));
   LM_ASSERT_OK(m.status());
   auto set = ShardSet::open(dir_->file("shards"));
   LM_ASSERT_OK(set.status());
   auto tok = tokenizer::Tokenizer::load(dir_->file("tok"));
   LM_ASSERT_OK(tok.status());
-  LM_ASSERT_OK(set->check_tokenizer(tok->hash(), tok->vocab_size()));
+  LM_ASSERT_OK(set->check_tokenizer(*tok));
   EXPECT_EQ(set->languages("train"), (std::vector<std::string>{"bn", "en"}));
   EXPECT_EQ(set->languages("val"), (std::vector<std::string>{"bn", "en"}));
   EXPECT_EQ(set->weights().at("bn"), 3.0);
 
-  // Every document is in exactly one split, ends with EOS, and decodes back to a corpus document.
+  // Every document is in exactly one split, is framed bos + text + eos (the trained tokenizer's
+  // framing), and its text decodes back to a corpus document.
   std::map<std::string, std::multiset<std::string>> decoded;
   for (const auto& lang : {"bn", "en"}) {
     for (const char* split : {"train", "val"}) {
@@ -106,9 +107,13 @@ TEST_F(PrepareTest, ShardsHoldEveryDocumentWithEos) {
         for (size_t d = 0; d + 1 < offs.size(); ++d) {
           std::vector<int32_t> ids(offs[d + 1] - offs[d]);
           r.copy(offs[d], ids.size(), ids.data());
+          ASSERT_GE(ids.size(), 3u);
+          ASSERT_EQ(ids.front(), tok->bos_id());
           ASSERT_EQ(ids.back(), tok->eos_id());
           ids.pop_back();
+          ids.erase(ids.begin());
           EXPECT_EQ(std::count(ids.begin(), ids.end(), tok->eos_id()), 0);
+          EXPECT_EQ(std::count(ids.begin(), ids.end(), tok->bos_id()), 0);
           decoded[lang].insert(tok->decode(ids));
         }
       }
@@ -137,6 +142,87 @@ TEST_F(PrepareTest, ShardsHoldEveryDocumentWithEos) {
   auto v = validation_windows(*set, "en", 16, 4);
   LM_ASSERT_OK(v.status());
   EXPECT_EQ(v->size(), 4u);
+}
+
+// A copy of the trained tokenizer whose tokenizer.json has no "framing": one written before the
+// framing was recorded, which reads as text + eos.
+std::string legacy_tokenizer(const std::string& from, const std::string& to) {
+  fs::copy(from, to, fs::copy_options::recursive);
+  auto j = read_json_file(to + "/tokenizer.json");
+  EXPECT_TRUE(j.ok() && j->contains("framing")) << "the trainer records the framing";
+  if (j.ok()) j->erase("framing");
+  EXPECT_TRUE(write_json_file(to + "/tokenizer.json", *j).ok());
+  return to;
+}
+
+// Issue 21 point 7: one framing. The trained tokenizer says bos + text + eos, prepare writes the
+// shards so and records it in manifest.json, and a tokenizer of another framing is refused with
+// both files named and the fix.
+TEST_F(PrepareTest, ShardsRecordTheTokenizersFramingAndAnotherIsRefused) {
+  auto tok = tokenizer::Tokenizer::load(dir_->file("tok"));
+  LM_ASSERT_OK(tok.status());
+  EXPECT_EQ(tok->framing(), tokenizer::kFraming);
+  LM_ASSERT_OK(prepare(options("framed")).status());
+  auto set = ShardSet::open(dir_->file("framed"));
+  LM_ASSERT_OK(set.status());
+  for (const auto& r : set->all_readers()) {  // every shard starts a document: [bos, text...]
+    std::vector<int32_t> head(2);
+    r.copy(0, 2, head.data());
+    EXPECT_EQ(head[0], tok->bos_id()) << r.path();
+    EXPECT_NE(head[1], tok->bos_id()) << r.path();
+  }
+  auto j = read_json_file(dir_->file("framed/manifest.json"));
+  LM_ASSERT_OK(j.status());
+  EXPECT_EQ((*j)["framing"], (Json{{"bos", true}, {"eos", true}}));
+  EXPECT_EQ((*j)["version"], 2);
+
+  testing::TempDir other;
+  auto old_tok = tokenizer::Tokenizer::load(legacy_tokenizer(dir_->file("tok"), other.file("old_tok")));
+  LM_ASSERT_OK(old_tok.status());
+  EXPECT_EQ(old_tok->framing(), tokenizer::kLegacyFraming);
+  EXPECT_EQ(old_tok->hash(), tok->hash());  // same vocabulary: only the framing tells them apart
+  const absl::Status st = set->check_tokenizer(*old_tok);
+  EXPECT_EQ(st.code(), absl::StatusCode::kFailedPrecondition) << st;
+  for (const char* needle : {"framed/manifest.json", "old_tok/tokenizer.json", "bos + text + eos but",
+                             "says text + eos", "re-run 'lmtrain prepare"})
+    EXPECT_NE(st.message().find(needle), std::string::npos) << needle << " in: " << st;
+
+  // Prepared with the old tokenizer: text + eos, recorded so; now the new one is refused.
+  PrepareOptions o = options("old_framed");
+  o.tokenizer = other.file("old_tok");
+  LM_ASSERT_OK(prepare(o).status());
+  auto old_set = ShardSet::open(dir_->file("old_framed"));
+  LM_ASSERT_OK(old_set.status());
+  EXPECT_EQ(old_set->framing(), tokenizer::kLegacyFraming);
+  std::vector<int32_t> first(1);
+  old_set->all_readers()[0].copy(0, 1, first.data());
+  EXPECT_NE(first[0], tok->bos_id());
+  EXPECT_TRUE(old_set->check_tokenizer(*old_tok).ok());
+  EXPECT_EQ(old_set->check_tokenizer(*tok).code(), absl::StatusCode::kFailedPrecondition);
+}
+
+// A version 1 manifest has no "framing" and reads as text + eos (what prepare wrote then);
+// version 2 requires it, and version 1 may not carry it.
+TEST_F(PrepareTest, ManifestVersionDecidesHowFramingIsRead) {
+  LM_ASSERT_OK(prepare(options("versions")).status());
+  auto j = read_json_file(dir_->file("versions/manifest.json"));
+  LM_ASSERT_OK(j.status());
+  Json v1 = *j;
+  v1["version"] = 1;
+  v1.erase("framing");
+  auto m = manifest_from_json(v1, "m.json");
+  LM_ASSERT_OK(m.status());
+  EXPECT_EQ(m->framing, tokenizer::kLegacyFraming);
+  Json v1_framed = *j;
+  v1_framed["version"] = 1;
+  EXPECT_NE(manifest_from_json(v1_framed, "m.json").status().message().find("framing"), std::string::npos);
+  Json v2_bare = *j;
+  v2_bare.erase("framing");
+  EXPECT_NE(manifest_from_json(v2_bare, "m.json").status().message().find("framing: missing"), std::string::npos);
+  Json v2_half = *j;
+  v2_half["framing"].erase("bos");
+  EXPECT_NE(manifest_from_json(v2_half, "m.json").status().message().find("framing.bos: missing"),
+            std::string::npos);
 }
 
 // Portable artefacts (issue 21): the manifest names the tokenizer relative to itself, so a folder

@@ -4,7 +4,7 @@ acc_norm must equal ours item for item (docs/eval.md "Checked against lm-evaluat
 
   1. the test run folder (eval_test's RunFolder: tiny model, vocab 512, context 64, 80 AdamW steps)
      is exported with `lmtrain export --dtype fp32`;
-  2. `lmeval mc --prefix bos` (the default) scores --tasks on --bench with --log-samples;
+  2. `lmeval mc` (default prefix: the framing's start token, bos) scores --tasks on --bench with --log-samples;
   3. the harness's `hf` model loads the export (HF_HUB_OFFLINE=1) and runs the local task YAMLs of
      eval/harness/ (the harness's own YAML fields and prompt functions; data from --bench);
   4. per item: harness acc == (our pred == gold), acc_norm == (our pred_norm == gold); per choice the
@@ -86,7 +86,7 @@ def main():
     ap.add_argument("--run", help="run folder to score (default: WORK/runs/tiny)")
     ap.add_argument("--out", help="folder for the export and results (default: WORK/harness)")
     ap.add_argument("--break", dest="broken", default="", choices=["", "swap"])
-    ap.add_argument("--prefix", default="", help="lmeval mc --prefix (default: lmeval's own, bos)")
+    ap.add_argument("--prefix", default="", help="lmeval mc --prefix (default: lmeval's own, from the tokenizer framing: bos)")
     a = ap.parse_args()
     skip_unless_importable()
     tasks = [t for t in a.tasks.split(",") if t]

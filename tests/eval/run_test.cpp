@@ -36,7 +36,8 @@ namespace fs = std::filesystem;
 
 constexpr uint64_t kSeed = 42;
 constexpr int kSteps = 80;
-constexpr const char* kFolderVersion = "eval_test_run v2\n";  // v2: complete checkpoint (lmtrain export)
+// v2: complete checkpoint (lmtrain export); v3: documents framed bos + text + eos (issue 21 point 7).
+constexpr const char* kFolderVersion = "eval_test_run v3\n";
 
 std::vector<std::string> read_docs(const std::string& file, const std::string& format, size_t n) {
   std::vector<std::string> docs;
@@ -126,9 +127,8 @@ class RunFolder : public ::testing::Test {
     auto stream_of = [&](const std::vector<std::string>& docs) {
       std::vector<int32_t> s;
       for (const auto& d : docs) {
-        auto ids = tok.encode(d);
+        const auto ids = tok.frame(tok.encode(d));  // as lmtrain prepare writes a document
         s.insert(s.end(), ids.begin(), ids.end());
-        s.push_back(tok.eos_id());
       }
       return s;
     };
@@ -171,13 +171,13 @@ class RunFolder : public ::testing::Test {
     man.vocab_size = tok.vocab_size();
     man.eos_id = tok.eos_id();
     man.bos_id = tok.bos_id();
+    man.framing = tok.framing();
     for (const auto& [lang, docs] : {std::pair{"bn", bn_val}, std::pair{"en", en_val}}) {
       std::vector<int32_t> ids;
       std::vector<uint64_t> offs = {0};
       for (const auto& d : docs) {
-        auto x = tok.encode(d);
+        const auto x = tok.frame(tok.encode(d));
         ids.insert(ids.end(), x.begin(), x.end());
-        ids.push_back(tok.eos_id());
         offs.push_back(ids.size());
       }
       const std::string name = std::string(lang) + ".val.00000.lmtok";
@@ -291,9 +291,9 @@ TEST_F(RunFolder, NllTextSlidingWindow) {
   EXPECT_EQ(run_nll(o).status().code(), absl::StatusCode::kInvalidArgument);  // both --data and --text
 }
 
-// --docs harness: every document alone, EOS never scored. Against the stream definition on the
-// same text (D documents): D - 1 fewer targets (the stream scores D EOS but not its first token),
-// and D - 1 fewer bytes (decoded on its own, each document loses the space its dummy prefix
+// --docs harness: every document alone, BOS and EOS never scored. Against the stream definition on
+// the same text (D documents framed bos + text + eos): 2D - 1 fewer targets (the stream scores D EOS
+// and D BOS but not its first token, the first BOS), and D - 1 fewer bytes (decoded on its own, each document loses the space its dummy prefix
 // decodes to in the joined text). Both definitions are named in the JSON.
 TEST_F(RunFolder, NllHarnessDefinitionScoresDocumentsAlone) {
   NllOptions o;
@@ -311,11 +311,13 @@ TEST_F(RunFolder, NllHarnessDefinitionScoresDocumentsAlone) {
   for (absl::string_view line : absl::StrSplit(*text, '\n')) docs += !line.empty();
   const Json& a = (*stream)["languages"]["text"]["model"];
   const Json& b = (*harness)["languages"]["text"]["model"];
-  EXPECT_EQ(b["tokens"].get<int64_t>(), a["tokens"].get<int64_t>() - (docs - 1));
+  EXPECT_EQ(b["tokens"].get<int64_t>(), a["tokens"].get<int64_t>() - (2 * docs - 1));
   EXPECT_EQ(b["bytes"].get<int64_t>(), a["bytes"].get<int64_t>() - (docs - 1));
   EXPECT_EQ((*stream)["docs"], "stream");
   EXPECT_EQ((*harness)["docs"], "harness");
   EXPECT_NE((*harness)["definition"].get<std::string>().find("EOS never scored"), std::string::npos);
+  EXPECT_EQ((*harness)["prefix"], "bos");  // the run tokenizer's framing bos + text + eos
+  EXPECT_EQ((*harness)["framing"], "bos + text + eos");
   o.stride = 16;
   EXPECT_EQ(run_nll(o).status().code(), absl::StatusCode::kInvalidArgument);  // rolling windows only
 }
@@ -351,13 +353,118 @@ TEST_F(RunFolder, McOnSampleBenchWithTwin) {
     EXPECT_TRUE(tj.contains("truncated")) << t;
   }
   EXPECT_DOUBLE_EQ((*j)["tasks"]["winogrande"]["chance"].get<double>(), 0.5);
-  EXPECT_EQ((*j)["prefix"], "bos");  // the harness's behaviour on our export is the default
+  EXPECT_EQ((*j)["prefix"], "bos");  // from the framing bos + text + eos; also the harness's on our export
+  EXPECT_EQ((*j)["prefix_from"], "the tokenizer's framing (the default)");
+  EXPECT_EQ((*j)["framing"], "bos + text + eos");
   EXPECT_NE((*j)["prefix_rule"].get<std::string>().find("lm-evaluation-harness"), std::string::npos);
   std::ifstream in(o.log_samples);
   int lines = 0;
   for (std::string l; std::getline(in, l);) ++lines;
   EXPECT_EQ(lines, 4 * 6);
   EXPECT_TRUE(fs::exists(run() + "/eval/mc.json"));
+}
+
+// The windows of --dump-tokens: each window's tokens and first_target.
+std::vector<std::pair<TokenIds, int64_t>> dumped_windows(const std::string& path, const std::string& lang) {
+  std::vector<std::pair<TokenIds, int64_t>> out;
+  auto j = read_json_file(path);
+  EXPECT_TRUE(j.ok()) << j.status();
+  if (!j.ok()) return out;
+  for (const auto& w : (*j)["languages"][lang])
+    out.emplace_back(w["tokens"].get<TokenIds>(), w["first_target"].get<int64_t>());
+  return out;
+}
+
+// Issue 21 point 7: nll, mc (and sample, app/cmd_sample.cpp) put the framing's start token before
+// a text. The run's tokenizer says bos + text + eos: harness windows start with BOS. A copy of the
+// run whose tokenizer.json has no "framing" (the old text + eos) starts them with EOS, its mc
+// prefix defaults to eos, and the shards (framed bos + text + eos) are refused for it.
+TEST_F(RunFolder, NllAndMcPrefixFollowTheTokenizersFraming) {
+  auto tok = tokenizer::Tokenizer::load(run() + "/tokenizer");
+  LM_ASSERT_OK(tok.status());
+  const std::string legacy = dir() + "/runs/legacy_" + std::to_string(::getpid());
+  fs::remove_all(legacy);
+  fs::create_directories(legacy);
+  auto text = read_file(heldout());
+  ASSERT_TRUE(text.ok());
+  int64_t docs = 0;
+  for (absl::string_view line : absl::StrSplit(*text, '\n')) docs += !line.empty();
+  for (const char* part : {"config.json", "latest", "checkpoints", "tokenizer"})
+    fs::copy(run() + "/" + part, legacy + "/" + part, fs::copy_options::recursive);
+  auto meta = read_json_file(legacy + "/tokenizer/tokenizer.json");
+  LM_ASSERT_OK(meta.status());
+  meta->erase("framing");
+  LM_ASSERT_OK(write_json_file(legacy + "/tokenizer/tokenizer.json", *meta));
+
+  // lmeval sample's prompt and mc's contexts start with the same token (eval::context_prefix).
+  auto old_tok = tokenizer::Tokenizer::load(legacy + "/tokenizer");
+  LM_ASSERT_OK(old_tok.status());
+  for (const auto& [t, mode, id] : {std::tuple{&*tok, "bos", tok->bos_id()}, std::tuple{&*old_tok, "eos", tok->eos_id()}}) {
+    auto p = context_prefix(*t, "");
+    LM_ASSERT_OK(p.status());
+    EXPECT_EQ(p->mode, mode);
+    EXPECT_EQ(p->ids, TokenIds{id});
+    EXPECT_TRUE(p->from_framing);
+    auto none = context_prefix(*t, "none");
+    LM_ASSERT_OK(none.status());
+    EXPECT_TRUE(none->ids.empty());
+    EXPECT_FALSE(none->from_framing);
+  }
+  EXPECT_EQ(context_prefix(*tok, "pad").status().code(), absl::StatusCode::kInvalidArgument);
+
+  for (const bool old : {false, true}) {
+    const int32_t start = old ? tok->eos_id() : tok->bos_id();
+    NllOptions o;
+    o.run.run = old ? legacy : run();
+    o.run.out = dir() + "/nll_framing_" + std::to_string(::getpid()) + ".json";
+    o.dump_tokens = dir() + "/nll_framing_dump_" + std::to_string(::getpid()) + ".json";
+    o.text = heldout();
+    o.docs = "harness";
+    auto r = run_nll(o);
+    LM_ASSERT_OK(r.status());
+    EXPECT_EQ((*r)["prefix"], old ? "eos" : "bos");
+    EXPECT_EQ((*r)["framing"], old ? "text + eos" : "bos + text + eos");
+    // Each document's first window starts with the start token, which no document holds (its BOS
+    // stripped, EOS never inside): exactly one such window per line of the text.
+    int64_t firsts = 0;
+    for (const auto& [tokens, first_target] : dumped_windows(o.dump_tokens, "text")) {
+      firsts += first_target == 1 && tokens[0] == start;
+      EXPECT_EQ(std::count(tokens.begin() + 1, tokens.end(), tok->bos_id()), 0);
+      EXPECT_EQ(std::count(tokens.begin() + 1, tokens.end(), tok->eos_id()), 0);
+    }
+    EXPECT_EQ(firsts, docs);
+    fs::remove(o.dump_tokens);
+    fs::remove(o.run.out);
+  }
+  NllOptions refused;
+  refused.run.run = legacy;
+  refused.run.out = dir() + "/nll_refused.json";
+  refused.data = shards();
+  auto st = run_nll(refused).status();
+  EXPECT_EQ(st.code(), absl::StatusCode::kFailedPrecondition) << st;
+  EXPECT_NE(st.message().find("framing"), std::string::npos) << st;
+  EXPECT_NE(st.message().find("re-run 'lmtrain prepare"), std::string::npos) << st;
+
+  const std::string bench = std::string(LM_SOURCE_DIR) + "/../shared/data/sample/bench";
+  if (fs::exists(bench)) {
+    McOptions mc;
+    mc.run.run = legacy;
+    mc.run.out = dir() + "/mc_framing_" + std::to_string(::getpid()) + ".json";
+    mc.data_dir = bench;
+    mc.tasks = {"arc_easy"};
+    mc.limit = 2;
+    auto j = run_mc(mc);
+    LM_ASSERT_OK(j.status());
+    EXPECT_EQ((*j)["prefix"], "eos");
+    EXPECT_EQ((*j)["framing"], "text + eos");
+    mc.prefix = "none";  // --prefix still overrides
+    j = run_mc(mc);
+    LM_ASSERT_OK(j.status());
+    EXPECT_EQ((*j)["prefix"], "none");
+    EXPECT_EQ((*j)["prefix_from"], "--prefix");
+    fs::remove(mc.run.out);
+  }
+  fs::remove_all(legacy);
 }
 
 }  // namespace

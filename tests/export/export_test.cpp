@@ -52,12 +52,14 @@ model::ModelConfig tiny(bool tied = true) {
   return c;
 }
 
-// A tokenizer folder with the project's special ids. The exporter copies spm.model byte for byte
-// and reads only the ids, so placeholder bytes are enough here.
-void write_tokenizer(const fs::path& run) {
+// A tokenizer folder with the project's special ids and the framing `lmtrain tokenizer` records
+// (framing null: none, as a tokenizer.json written before it was recorded). The exporter copies
+// spm.model byte for byte and reads only the ids and the framing, so placeholder bytes are enough.
+void write_tokenizer(const fs::path& run, const Json& framing = Json{{"bos", true}, {"eos", true}}) {
   fs::create_directories(run / "tokenizer");
   ASSERT_TRUE(write_file_atomic((run / "tokenizer/spm.model").string(), "placeholder spm bytes").ok());
   Json meta = {{"unk_id", 0}, {"bos_id", 1}, {"eos_id", 2}, {"pad_id", 3}, {"vocab_size", 512}};
+  if (!framing.is_null()) meta["framing"] = framing;
   ASSERT_TRUE(write_json_file((run / "tokenizer/tokenizer.json").string(), meta).ok());
 }
 
@@ -393,6 +395,37 @@ TEST(HfTokenizer, JsonFromHandEncodedModelProto) {
   EXPECT_EQ((*j)["pre_tokenizer"]["pretokenizers"][0]["prepend_scheme"], "first");
   EXPECT_EQ((*j)["post_processor"]["single"][0]["SpecialToken"]["id"], "<s>");
   EXPECT_EQ(hf_tokenizer_json("placeholder", sp, "x").status().code(), absl::StatusCode::kDataLoss);
+  sp.add_bos = false;  // the framing text + eos: the text alone, no post-processor adds BOS
+  auto plain = hf_tokenizer_json(proto, sp, "hand");
+  LM_ASSERT_OK(plain.status());
+  EXPECT_TRUE((*plain)["post_processor"].is_null());
+}
+
+// Issue 21 point 7: tokenizer_config's add_bos_token is the run tokenizer's framing: true for
+// bos + text + eos (recorded by `lmtrain tokenizer`), false for a tokenizer.json without "framing"
+// (text + eos, what such a tokenizer's shards hold); add_eos_token is false either way.
+TEST_F(ExportTest, TokenizerConfigFollowsTheFraming) {
+  const auto run = temp_dir("framing");
+  model::Transformer m(tiny());
+  m->init_weights(2);
+  make_run(run, m);
+  for (const Json& framing : {Json{{"bos", true}, {"eos", true}}, Json(nullptr), Json{{"bos", false}, {"eos", true}}}) {
+    write_tokenizer(run, framing);
+    const bool bos = !framing.is_null() && framing["bos"].get<bool>();
+    auto sp = read_special_tokens((run / "tokenizer/tokenizer.json").string());
+    LM_ASSERT_OK(sp.status());
+    EXPECT_EQ(sp->add_bos, bos) << framing;
+    const std::string out = (run / ("hf_" + std::to_string(bos) + framing.dump().substr(0, 1))).string();
+    LM_ASSERT_OK(export_hf({run.string(), -1, out, "fp32"}).status());
+    auto tc = read_json_file(out + "/tokenizer_config.json");
+    LM_ASSERT_OK(tc.status());
+    EXPECT_EQ((*tc)["add_bos_token"], bos) << framing;
+    EXPECT_EQ((*tc)["add_eos_token"], false) << framing;
+  }
+  write_tokenizer(run, Json{{"bos", "yes"}});
+  auto bad = read_special_tokens((run / "tokenizer/tokenizer.json").string());
+  EXPECT_EQ(bad.status().code(), absl::StatusCode::kDataLoss) << bad.status();
+  EXPECT_NE(bad.status().message().find("framing.bos"), std::string::npos) << bad.status();
 }
 
 TEST_F(ExportTest, ExportErrorsNameTheProblem) {
@@ -580,7 +613,7 @@ TEST_F(ExportTest, DISABLED_WriteTransformersFixture) {
     Json rows = Json::array();
     for (const char* text : {"বাংলা ভাষা আমার মাতৃভাষা।", "আমি ২০২৪ সালে ঢাকায় গিয়েছিলাম, সেখানে বৃষ্টি হচ্ছিল!",
                              "The quick brown fox jumps over 13 lazy dogs.", "ইংরেজিতে বলে \"language model\" (ভাষা মডেল)।"}) {
-      std::vector<int32_t> ids = {tok->bos_id()};  // add_bos_token true, as in training
+      std::vector<int32_t> ids = {tok->start_id()};  // bos: the trained framing, add_bos_token true
       for (int32_t t : tok->encode(text)) ids.push_back(t);
       rows.push_back({{"text", text}, {"ids", ids}});
     }

@@ -159,7 +159,8 @@ def texts_for_tokenizer(parallel):
 
 def lmforge_ids(lmeval, run, lines, work, tag):
     """lmforge's own encoding of each line, read back from `lmeval nll --text --dump-tokens`: the
-    windows tile the stream encode(line) + EOS per line, so the stream and its lines come back."""
+    windows tile the stream of framed lines (bos + encode(line) + eos, the run tokenizer's framing),
+    so the stream and its lines come back."""
     txt, dump = os.path.join(work, tag + ".txt"), os.path.join(work, tag + ".dump.json")
     with open(txt, "w", encoding="utf-8") as f:
         f.write("\n".join(lines) + "\n")
@@ -256,11 +257,13 @@ def check_run(a):
             ok = False
             continue
         for kind, tk in toks:
-            # The slow class adds no BOS (tokenizer_config's add_bos_token is LlamaTokenizer's); ours
-            # starts every document with none either (lmeval/sample add it), so compare ids + BOS both.
+            # lmforge's document is framed [bos] + encode(line) (the framing bos + text + eos; the
+            # EOS split off above). The fast class adds that BOS itself (add_bos_token); the slow class
+            # adds none (tokenizer_config's add_bos_token is LlamaTokenizer's), so it gets one here.
+            assert all(y[:1] == [bos] for y in per_line), "the run's documents start with BOS (its framing)"
             ids = [tk(x).input_ids for x in lines]
             ids = [i if i[:1] == [bos] else [bos] + i for i in ids]
-            eq = sum(i == [bos] + y for i, y in zip(ids, per_line))
+            eq = sum(i == y for i, y in zip(ids, per_line))
             rt = sum(tk.decode(i, skip_special_tokens=True) == x for i, x in zip(ids, lines))
             # The slow class leaves byte-fallback pieces as "<0x21>" in decode (a transformers 5.25
             # SentencePieceBackend limitation): its round trips are counted, not required.

@@ -139,6 +139,12 @@ def gguf_name(hf):
     return f"blk.{parts[2]}.{layer}.weight"
 
 
+def framing_bos(tok_dir):
+    """tokenizer.json's framing.bos; a file without "framing" is the old text + eos (tokenizer/tokenizer.h)."""
+    meta = json.load(open(os.path.join(tok_dir, "tokenizer.json"), encoding="utf-8"))
+    return bool(meta.get("framing", {}).get("bos", False))
+
+
 def check_container(c, path, kind, hf_dir, spm_path):
     import gguf
     import sentencepiece as spm
@@ -157,7 +163,7 @@ def check_container(c, path, kind, hf_dir, spm_path):
         # lmforge's recipe (tokenizer/train.cpp): add_dummy_prefix true, remove_extra_whitespaces false
         "tokenizer.ggml.add_space_prefix": True, "tokenizer.ggml.remove_extra_whitespaces": False, "tokenizer.ggml.bos_token_id": cfg["bos_token_id"],
         "tokenizer.ggml.eos_token_id": cfg["eos_token_id"], "tokenizer.ggml.padding_token_id": cfg["pad_token_id"],
-        "tokenizer.ggml.unknown_token_id": 0, "tokenizer.ggml.add_bos_token": False,
+        "tokenizer.ggml.unknown_token_id": 0, "tokenizer.ggml.add_bos_token": framing_bos(os.path.dirname(spm_path)),
         "tokenizer.ggml.add_eos_token": False,
     }
     bad = [f"{k}={f.get(k)!r} (want {v!r})" for k, v in want.items() if f.get(k) != v]
@@ -288,17 +294,18 @@ def check_tokenizer(c, work, texts, expected_ids):
     import sentencepiece as spm
     sp = spm.SentencePieceProcessor(model_file=os.path.join(work, "tok/spm.model"))
     llm = load_llama(os.path.join(work, "model.f32.gguf"))
+    start = [sp.bos_id()] if framing_bos(os.path.join(work, "tok")) else []
     same = same_unk = same_special = round_trip = with_bytes = 0
     first_bad = None
     for text, want in zip(texts["tokenize"], expected_ids["tokenize"]):
         got = llm.tokenize(text.encode("utf-8"), add_bos=False, special=False)
-        got_default = llm.tokenize(text.encode("utf-8"), add_bos=True)  # add_special: adds nothing here
+        got_default = llm.tokenize(text.encode("utf-8"), add_bos=True)  # add_special: the GGUF's add_bos_token
         same += got == want
         has_bytes = any(sp.is_byte(t) for t in want)
         with_bytes += has_bytes
         explained = got == want or (has_bytes and got == bytes_as_unk(want, sp.is_byte, sp.unk_id()))
         same_unk += explained
-        same_special += got_default == got
+        same_special += got_default == start + got
         round_trip += llm.detokenize(want).decode("utf-8", errors="replace").strip() == text.strip()
         if not explained and first_bad is None:
             first_bad = f"{text[:60]!r}: llama.cpp {got[:20]} vs lmforge {want[:20]}"
@@ -306,7 +313,8 @@ def check_tokenizer(c, work, texts, expected_ids):
     c.check(same_unk == n, f"tokenizer: llama.cpp ids == lmforge ids on {same}/{n} texts (Bangla, English, parallel); "
             f"{same_unk}/{n} once lmforge's byte-fallback pieces read as <unk> ({with_bytes} texts have some)"
             + (f"; first difference {first_bad}" if first_bad else ""))
-    c.check(same_special == n, f"tokenizer: add_special (llama.cpp's default) adds no bos and no eos: {same_special}/{n}")
+    c.check(same_special == n, f"tokenizer: add_special (llama.cpp's default) adds {'bos' if start else 'no bos'} "
+            f"(the tokenizer's framing) and no eos: {same_special}/{n}")
     c.check(round_trip == n, f"tokenizer: llama.cpp detokenizes lmforge's ids back to the text: {round_trip}/{n}")
 
 
@@ -322,8 +330,10 @@ def stage_check(work, root):
     for i in range(2):
         for mode in ("bos", "nobos"):
             s = json.load(open(os.path.join(work, f"sample_{mode}_{i}.json"), encoding="utf-8"))
-            # lmeval sample's prompt: [bos] + lmforge's encode(prompt) (the prompts head the tokenize list)
+            # lmeval sample's prompt: [bos] (the framing bos + text + eos of the tokenizer the check trains)
+            # + lmforge's encode(prompt) (the prompts head the tokenize list)
             assert s["prompt"] == PROMPTS[i] == texts["tokenize"][i]
+            assert s["prefix"] == ("bos" if mode == "bos" else "none"), s["prefix"]  # default: the framing's
             ids = ([1] if mode == "bos" else []) + expected_ids["tokenize"][i]
             assert len(ids) == s["prompt_tokens"], (ids, s["prompt_tokens"])
             samples.append({"name": f"{s['prompt']!r}, {mode}", "ids": ids, "tokens": s["tokens"]})

@@ -36,13 +36,20 @@ using model::GgmlType;
 
 // --- a minimal GGUF reader written from ggml's docs/gguf.md, independent of the writer ------------
 
+// `bad` stops the reading at the first malformed value (not at the test's first failure of any
+// kind: a failed EXPECT before a parse must not desynchronise it).
 struct Reader {
   const std::string& b;
   size_t p = 0;
+  bool bad = false;
   template <class T>
   T get() {
-    T v;
+    T v{};
     EXPECT_LE(p + sizeof(T), b.size());
+    if (bad || p + sizeof(T) > b.size()) {
+      bad = true;
+      return v;
+    }
     std::memcpy(&v, b.data() + p, sizeof(T));
     p += sizeof(T);
     return v;
@@ -77,11 +84,12 @@ std::string read_value(Reader& r, uint32_t type) {
       if (et == 0) {
         r.p += n;  // uint8 array (the charsmap): skip without one failure per byte
       } else {
-        for (uint64_t i = 0; i < n && !::testing::Test::HasFailure(); ++i) read_value(r, et);
+        for (uint64_t i = 0; i < n && !r.bad; ++i) read_value(r, et);
       }
       return "array[" + std::to_string(n) + "]";
     }
   }
+  r.bad = true;
   ADD_FAILURE() << "value type " << type << " not expected here";
   return "";
 }
@@ -94,16 +102,16 @@ Parsed parse(const std::string& b) {
   g.version = r.get<uint32_t>();
   const auto n_tensors = r.get<uint64_t>();
   const auto n_kv = r.get<uint64_t>();
-  for (uint64_t i = 0; i < n_kv; ++i) {
+  for (uint64_t i = 0; i < n_kv && !r.bad; ++i) {
     std::string key = r.str();
     const auto type = r.get<uint32_t>();
     g.kv[key] = {type, read_value(r, type)};
   }
-  for (uint64_t i = 0; i < n_tensors; ++i) {
+  for (uint64_t i = 0; i < n_tensors && !r.bad; ++i) {
     std::string name = r.str();
     Parsed::Info info;
     const auto nd = r.get<uint32_t>();
-    for (uint32_t d = 0; d < nd; ++d) info.ne.push_back(r.get<uint64_t>());
+    for (uint32_t d = 0; d < nd && !r.bad; ++d) info.ne.push_back(r.get<uint64_t>());
     info.type = r.get<uint32_t>();
     info.offset = r.get<uint64_t>();
     g.tensors.emplace_back(name, info);
@@ -362,7 +370,10 @@ TEST(GgufExport, ExportsARunFolder) {
   EXPECT_EQ(g.kv["llama.block_count"].second, "2");
   EXPECT_EQ(g.kv["llama.attention.head_count_kv"].second, "2");
   EXPECT_EQ(g.kv["tokenizer.ggml.model"].second, "t5");
-  EXPECT_EQ(g.kv["tokenizer.ggml.add_bos_token"].second, "0");
+  // The trained tokenizer's framing bos + text + eos: llama.cpp starts a prompt with BOS, as a
+  // document starts in training (issue 21 point 7).
+  EXPECT_EQ(g.kv["tokenizer.ggml.add_bos_token"].second, "1");
+  EXPECT_EQ(g.kv["tokenizer.ggml.add_eos_token"].second, "0");
   EXPECT_EQ(g.kv["tokenizer.ggml.tokens"].second, "array[512]");
   EXPECT_EQ(g.kv["general.file_type"].second, "7");
   ASSERT_EQ(g.tensors.size(), 20u);  // 1 + 2 layers x 9 + output_norm; tied: no output.weight
@@ -383,6 +394,15 @@ TEST(GgufExport, ExportsARunFolder) {
   std::map<std::string, Parsed::Info> n32(g32.tensors.begin(), g32.tensors.end());
   auto q = model::permute_rope_rows(m->named_parameters()["model.layers.0.self_attn.q_proj.weight"].detach(), cfg.n_heads);
   EXPECT_EQ(std::memcmp(b32->data() + g32.data_start + n32["blk.0.attn_q.weight"].offset, q.data_ptr(), q.numel() * 4), 0);
+  // A tokenizer.json without "framing" (the old text + eos): no BOS before a prompt.
+  auto meta = read_json_file((run / "tokenizer/tokenizer.json").string());
+  LM_ASSERT_OK(meta.status());
+  meta->erase("framing");
+  LM_ASSERT_OK(write_json_file((run / "tokenizer/tokenizer.json").string(), *meta));
+  LM_ASSERT_OK(model::export_gguf({run.string(), -1, out32, "f32"}).status());
+  auto b_old = read_file(out32);
+  LM_ASSERT_OK(b_old.status());
+  EXPECT_EQ(parse(*b_old).kv["tokenizer.ggml.add_bos_token"].second, "0");
   // Errors name the file and say what to do.
   auto bad_type = model::export_gguf({run.string(), -1, out, "q4_0"});
   EXPECT_EQ(bad_type.status().code(), absl::StatusCode::kInvalidArgument);

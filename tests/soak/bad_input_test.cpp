@@ -126,7 +126,8 @@ const char* kRunJson = R"({"train": {"steps": 9, "batch": {"micro_batch": 2, "se
 // and renamed into place, so parallel test processes never see half a workspace.
 const fs::path& shared_ws() {
   static const fs::path ws = [] {
-    const fs::path dir = fs::path(LM_BINARY_DIR) / "tests" / "soak" / "bad_input_ws";
+    // v2: tokenizer.json records the framing and the shards hold bos + text + eos (issue 21 point 7).
+    const fs::path dir = fs::path(LM_BINARY_DIR) / "tests" / "soak" / "bad_input_ws_v2";
     if (fs::exists(dir / "COMPLETE")) return dir;
     const fs::path tmp = dir.string() + ".tmp." + std::to_string(getpid());
     fs::remove_all(tmp);
@@ -427,6 +428,22 @@ TEST_F(BadShard, OtherTokenizer) {
   copy_in("tok_other");
   const Snapshot before = snapshot(ws());
   EXPECT_BAD_INPUT(fit({"--tokenizer", w("tok_other"), "--out", w("new")}), "tokenizer", "lmtrain prepare");
+  expect_unchanged(before, ws());
+  EXPECT_FALSE(fs::exists(ws() / "new"));
+}
+
+// Issue 21 point 7: the tokenizer (same spm.model, same hash) says the old framing text + eos (a
+// tokenizer.json without "framing") while the shards hold bos + text + eos: fit refuses, naming
+// both files and the fix, before it writes anything.
+TEST_F(BadShard, TokenizerOfAnotherFraming) {
+  auto meta = lm::read_json_file(w("tok/tokenizer.json"));
+  ASSERT_TRUE(meta.ok()) << meta.status();
+  ASSERT_TRUE(meta->contains("framing"));
+  meta->erase("framing");
+  ASSERT_TRUE(lm::write_json_file(w("tok/tokenizer.json"), *meta).ok());
+  const Snapshot before = snapshot(ws());
+  EXPECT_BAD_INPUT(fit({"--out", w("new")}), "shards/manifest.json", "framing", "bos + text + eos",
+                   "tok/tokenizer.json says text + eos", "re-run 'lmtrain prepare");
   expect_unchanged(before, ws());
   EXPECT_FALSE(fs::exists(ws() / "new"));
 }

@@ -9,6 +9,7 @@
 #include <filesystem>
 #include <fstream>
 
+#include "core/config.h"
 #include "core/file.h"
 #include "corpus/corpus.h"
 #include "tokenizer/bpe.h"
@@ -90,6 +91,48 @@ TEST_F(TrainedTokenizer, SpecialIdsAreFixedAndRecorded) {
   EXPECT_EQ(loaded->hash(), tok_->hash());
   EXPECT_EQ(loaded->hash().size(), 16u);
   EXPECT_EQ(loaded->dir(), *dir_);
+}
+
+// Issue 21 point 7: the trainer records the framing bos + text + eos in tokenizer.json; a
+// tokenizer.json without it (written before) reads as the old text + eos; eos false is refused.
+TEST_F(TrainedTokenizer, FramingIsRecordedAndOldFilesReadAsTextPlusEos) {
+  ASSERT_NE(tok_, nullptr);
+  auto meta = lm::read_json_file(*dir_ + "/tokenizer.json");
+  ASSERT_TRUE(meta.ok()) << meta.status();
+  EXPECT_EQ((*meta)["framing"], (lm::Json{{"bos", true}, {"eos", true}}));
+  auto loaded = Tokenizer::load(*dir_);
+  ASSERT_TRUE(loaded.ok()) << loaded.status();
+  EXPECT_EQ(loaded->framing(), kFraming);
+  EXPECT_EQ(loaded->start_id(), kBosId);
+  const std::vector<int32_t> text = loaded->encode("আমার সোনার বাংলা");
+  std::vector<int32_t> framed = {kBosId};
+  framed.insert(framed.end(), text.begin(), text.end());
+  framed.push_back(kEosId);
+  EXPECT_EQ(loaded->frame(text), framed);
+  EXPECT_EQ(loaded->framing().describe(), "bos + text + eos");
+
+  const std::string d = tmp_dir("old_framing");
+  fs::copy(*dir_, d, fs::copy_options::recursive | fs::copy_options::overwrite_existing);
+  lm::Json old = *meta;
+  old.erase("framing");
+  ASSERT_TRUE(lm::write_json_file(d + "/tokenizer.json", old).ok());
+  auto legacy = Tokenizer::load(d);
+  ASSERT_TRUE(legacy.ok()) << legacy.status();
+  EXPECT_EQ(legacy->framing(), kLegacyFraming);
+  EXPECT_EQ(legacy->start_id(), kEosId);
+  EXPECT_EQ(legacy->hash(), loaded->hash());  // the hash names spm.model, not the framing
+  EXPECT_EQ(legacy->frame(text).front(), text.front());
+  EXPECT_EQ(legacy->framing().describe(), "text + eos");
+
+  old["framing"] = lm::Json{{"bos", true}, {"eos", false}};
+  ASSERT_TRUE(lm::write_json_file(d + "/tokenizer.json", old).ok());
+  auto no_eos = Tokenizer::load(d);
+  EXPECT_EQ(no_eos.status().code(), absl::StatusCode::kInvalidArgument) << no_eos.status();
+  EXPECT_NE(no_eos.status().message().find("framing.eos"), std::string::npos) << no_eos.status();
+  old["framing"] = lm::Json{{"bos", "yes"}};
+  ASSERT_TRUE(lm::write_json_file(d + "/tokenizer.json", old).ok());
+  EXPECT_NE(Tokenizer::load(d).status().message().find("framing.bos"), std::string::npos);
+  fs::remove_all(d);
 }
 
 TEST_F(TrainedTokenizer, NfcAndZeroWidthJoinersSurviveRoundTrip) {
