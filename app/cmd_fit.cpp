@@ -245,6 +245,8 @@ absl::Status run_fit(const FitOptions& o) {
   req.model = rf.model;
   req.train = tc;
   req.tokenizer_hash = tok.hash();
+  req.codec = {[&tok](std::string_view t) { return tok.encode(t); },  // text samples at validation
+               [&tok](const std::vector<int32_t>& ids) { return tok.decode(ids); }, tok.bos_id(), tok.eos_id()};
   req.world_size = env.world;
   req.rank = env.rank;
   req.local_rank = env.local_rank;

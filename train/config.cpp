@@ -113,6 +113,7 @@ absl::Status resolve(TrainConfig& c, const model::ModelConfig& m, int world_size
   if (c.grad_clip < 0) return bad("grad_clip", "must be >= 0");
   if (c.log_interval <= 0) return bad("log_interval", "must be positive");
   if (c.checkpoint_interval < 0) return bad("checkpoint_interval", "must be >= 0");
+  if (c.sample_tokens < 0) return bad("sample_tokens", "must be >= 0 (0 = no text samples at validation)");
   if (!(c.checkpoint_minutes >= 0))
     return bad("checkpoint_minutes", absl::StrFormat("must be >= 0 (0 = off), got %g", c.checkpoint_minutes));
   if (c.keep_last < 1) return bad("keep_last", "must be >= 1");

@@ -4,6 +4,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "core/config.h"
 #include "core/status.h"
@@ -39,6 +40,11 @@ struct TrainConfig {
   int64_t log_interval = 10;
   int64_t eval_interval = 100;  // 0 disables periodic validation
   int64_t eval_windows = 16;    // validation windows per language
+  // Text samples at each validation (train/samples.h): greedy continuations of this many tokens
+  // (0 = none) of `sample_prompts`, else of each validation language's first words; written to
+  // samples.jsonl and TensorBoard's Text tab.
+  int64_t sample_tokens = 32;
+  std::vector<std::string> sample_prompts;
   int64_t checkpoint_interval = 100;  // steps; 0 = off
   // Also checkpoint when this many wall-clock minutes passed since the last one (0 = off); rank
   // 0's clock decides for all ranks. GPU presets use minutes: a step count is seconds on a GPU.
@@ -76,7 +82,8 @@ struct TrainConfig {
     v("schedule", schedule); v("warmup_steps", warmup_steps); v("min_lr_ratio", min_lr_ratio);
     v("decay_fraction", decay_fraction); v("grad_clip", grad_clip); v("seed", seed);
     v("log_interval", log_interval); v("eval_interval", eval_interval);
-    v("eval_windows", eval_windows); v("checkpoint_interval", checkpoint_interval);
+    v("eval_windows", eval_windows); v("sample_tokens", sample_tokens); v("sample_prompts", sample_prompts);
+    v("checkpoint_interval", checkpoint_interval);
     v("keep_last", keep_last); v("threads", threads); v("device", device); v("dtype", dtype); v("tf32", tf32);
     v("checkpoint_minutes", checkpoint_minutes);
     v("sentinel_fraction", sentinel_fraction); v("verify_at_start", verify_at_start);

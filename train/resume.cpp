@@ -15,6 +15,7 @@ ResumeRule resume_rule(const std::string& field) {
   static const std::set<std::string> kInvocation = {
       "train.stop_at_step", "train.threads", "train.device", "train.peak_flops", "train.sentinel_fraction",
       "train.verify_at_start", "train.log_interval", "train.eval_interval", "train.eval_windows",
+      "train.sample_tokens", "train.sample_prompts",
       "train.checkpoint_interval", "train.keep_last", "train.nan_skip_limit", "train.inject_nan_step",
       "train.inject_nan_steps", "train.inject_nan_in", "train.ddp_overlap", "train.ddp_bucket_mb"};
   return kInvocation.count(field) ? ResumeRule::kInvocation : ResumeRule::kFixed;
