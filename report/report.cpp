@@ -112,7 +112,7 @@ std::string html_head(const std::string& name) {
        ".plots{display:grid;grid-template-columns:repeat(auto-fit,minmax(600px,1fr));gap:16px}.plots figure{margin:0;"
        "border:1px solid #eee}.plots svg{width:100%;height:auto;display:block}.meta{color:#555;font-size:13px}"
        "table.samples td{text-align:left;max-width:560px}table.samples td:first-child{white-space:nowrap}"
-       ".prompt{color:#888}table.summary td:first-child{color:#555}"
+       ".prompt{color:#888}.nl{color:#bbb}table.summary td:first-child{color:#555}"
        "pre{background:#f7f7f7;padding:8px;font-size:12px;overflow:auto}</style></head><body>\n";
   h += "<h1>lmforge run <code>" + html_escape(name) + "</code></h1>\n";
   h += "<nav><a href=\"#summary\">summary</a><a href=\"#curves\">curves</a><a href=\"#samples\">samples</a>"
@@ -183,6 +183,14 @@ std::vector<size_t> shown_rows(size_t n) {
   return idx;
 }
 
+// Sample text for a table cell: escaped, each newline a visible grey ↵ (a text cell keeps one line
+// per sample, where an early model's runs of newlines would make rows tall and empty).
+std::string sample_text(const std::string& s) {
+  std::string out;
+  for (char c : s) out += c == '\n' ? std::string("<span class=\"nl\">↵</span>") : html_escape(std::string(1, c));
+  return out;
+}
+
 // samples.jsonl (train/samples.h): one row per validation step, one column per prompt.
 absl::Status samples_section(const RunFolder& run, ReportResult& r, std::string& h) {
   LM_ASSIGN_OR_RETURN(std::vector<Json> rows, read_metrics(run.samples()));
@@ -214,7 +222,7 @@ absl::Status samples_section(const RunFolder& run, ReportResult& r, std::string&
       std::string text;
       for (const Json& s : rows[i].value("samples", Json::array()))
         if (s.value("name", "") == names[k]) text = s.value("completion", "");
-      h += "<td><span class=\"prompt\">" + html_escape(prompts[k]) + "</span>" + html_escape(text) + "</td>";
+      h += "<td><span class=\"prompt\">" + sample_text(prompts[k]) + "</span>" + sample_text(text) + "</td>";
     }
     h += "</tr>\n";
   }
