@@ -283,10 +283,10 @@ std::string plot_svg(const Plot& p, int w, int h) {
 }
 
 std::string plot_png(const Plot& p, int w, int h) {
-  // Text is the 5x7 font at `k`x (2x up to 800 px wide, 3x at 1280): the frame margins and
+  // Text is the 5x7 font at `sc`x (2x up to 800 px wide, 3x at 1280): the frame margins and
   // strokes grow with it, so a PNG at twice the SVG's size reads like the SVG scaled up.
-  const int k = std::max(2, w / 400), r = k / 2;
-  Frame f{w, h, 50 * k, 10 * k, 20 * k, 30 * k};
+  const int sc = std::max(2, w / 400), r = sc / 2;
+  Frame f{w, h, 50 * sc, 10 * sc, 20 * sc, 30 * sc};
   f.xr = range_of(p, true);
   f.yr = range_of(p, false);
   Canvas cv(w, h);
@@ -295,24 +295,24 @@ std::string plot_png(const Plot& p, int w, int h) {
     if (t < f.yr.lo || t > f.yr.hi) continue;
     cv.line(f.left, f.py(t), w - f.right, f.py(t), 0, grid);
     const std::string l = tick_label(t);
-    cv.text(f.left - 4 * k - text_width(l, k), static_cast<int>(f.py(t)) - 7 * k / 2, l, k, ink);
+    cv.text(f.left - 4 * sc - text_width(l, sc), static_cast<int>(f.py(t)) - 7 * sc / 2, l, sc, ink);
   }
   for (double t : ticks(f.xr)) {
     if (t < f.xr.lo || t > f.xr.hi) continue;
     cv.line(f.px(t), f.top, f.px(t), h - f.bottom, 0, grid);
     const std::string l = tick_label(t);
-    cv.text(static_cast<int>(f.px(t)) - text_width(l, k) / 2, h - f.bottom + 4 * k, l, k, ink);
+    cv.text(static_cast<int>(f.px(t)) - text_width(l, sc) / 2, h - f.bottom + 4 * sc, l, sc, ink);
   }
   cv.line(f.left, f.top, w - f.right, f.top, 0, ink);
   cv.line(f.left, h - f.bottom, w - f.right, h - f.bottom, 0, ink);
   cv.line(f.left, f.top, f.left, h - f.bottom, 0, ink);
   cv.line(w - f.right, f.top, w - f.right, h - f.bottom, 0, ink);
-  cv.text(f.left, 5 * k, p.title, k, 0x000000);
-  cv.text((f.left + w - f.right - text_width(p.x_label, k)) / 2, h - 12 * k, p.x_label, k, ink);
+  cv.text(f.left, 5 * sc, p.title, sc, 0x000000);
+  cv.text((f.left + w - f.right - text_width(p.x_label, sc)) / 2, h - 12 * sc, p.x_label, sc, ink);
   // y label: written horizontally above the axis (no rotated glyphs in the bitmap font).
-  cv.text(std::max(4, w - f.right - text_width(p.y_label, k)), 5 * k, p.y_label, k, 0x777777);
+  cv.text(std::max(4, w - f.right - text_width(p.y_label, sc)), 5 * sc, p.y_label, sc, 0x777777);
   int legend_w = 0;
-  for (const auto& se : p.series) legend_w = std::max(legend_w, 20 * k + text_width(se.name, k));
+  for (const auto& se : p.series) legend_w = std::max(legend_w, 20 * sc + text_width(se.name, sc));
   for (size_t i = 0; i < p.series.size(); ++i) {
     const Series& se = p.series[i];
     const uint32_t c = parse_color(color_of(se, i));
@@ -321,22 +321,22 @@ std::string plot_png(const Plot& p, int w, int h) {
     for (size_t k = 0; k < se.x.size() && k < se.y.size(); ++k) {
       if (!std::isfinite(se.y[k])) continue;
       const double x = f.px(se.x[k]), y = f.py(se.y[k]);
-      if (have) cv.line(lx, ly, x, y, r, c, se.dashed ? 3 * k : 0);
-      if (se.markers) cv.dot(std::lround(x), std::lround(y), 2 * k, c);
+      if (have) cv.line(lx, ly, x, y, r, c, se.dashed ? 3 * sc : 0);
+      if (se.markers) cv.dot(std::lround(x), std::lround(y), 2 * sc, c);
       lx = x, ly = y, have = true;
     }
   }
   // Legend on a white box so curves never hide it.
-  const int lxx = w - f.right - legend_w - 5 * k, row = 11 * k;
-  for (int y = f.top + 2 * k; y < f.top + 4 * k + row * static_cast<int>(p.series.size()); ++y)
+  const int lxx = w - f.right - legend_w - 5 * sc, row = 11 * sc;
+  for (int y = f.top + 2 * sc; y < f.top + 4 * sc + row * static_cast<int>(p.series.size()); ++y)
     for (int x = lxx - 6; x < w - f.right - 2; ++x) cv.set(x, y, 0xffffff);
   for (size_t i = 0; i < p.series.size(); ++i) {
     const Series& se = p.series[i];
     const uint32_t c = parse_color(color_of(se, i));
-    const int lyy = f.top + 8 * k + row * static_cast<int>(i);
-    cv.line(lxx, lyy, lxx + 14 * k, lyy, r, c, se.dashed ? 3 * k : 0);
-    if (se.markers) cv.dot(lxx + 7 * k, lyy, 2 * k, c);
-    cv.text(lxx + 18 * k, lyy - 7 * k / 2, se.name, k, ink);
+    const int lyy = f.top + 8 * sc + row * static_cast<int>(i);
+    cv.line(lxx, lyy, lxx + 14 * sc, lyy, r, c, se.dashed ? 3 * sc : 0);
+    if (se.markers) cv.dot(lxx + 7 * sc, lyy, 2 * sc, c);
+    cv.text(lxx + 18 * sc, lyy - 7 * sc / 2, se.name, sc, ink);
   }
   return encode_png(cv.rgb, w, h);
 }

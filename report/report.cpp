@@ -59,8 +59,10 @@ double num(const Json& j, const char* k) {
   return j.contains(k) && j[k].is_number() ? j[k].get<double>() : NAN;
 }
 
-// Each validation language's series, connected (a line through the evaluations, dots on them).
+// Each validation language's series, connected (a line through the evaluations, dots on them),
+// one colour per language in every plot.
 std::map<std::string, Series> validation_series(const std::vector<Json>& metrics) {
+  static const char* kValColors[] = {"#d62728", "#2ca02c", "#ff7f0e", "#9467bd", "#8c564b"};
   std::map<std::string, Series> val;
   for (const Json& m : metrics) {
     if (!m.contains("val_loss") || !m["val_loss"].is_object()) continue;
@@ -68,6 +70,7 @@ std::map<std::string, Series> validation_series(const std::vector<Json>& metrics
       Series& s = val[lang];
       s.name = "val " + lang;
       s.markers = true;
+      if (s.color.empty()) s.color = kValColors[(val.size() - 1) % 5];
       s.x.push_back(num(m, "tokens")), s.y.push_back(v.get<double>());
     }
   }
@@ -111,7 +114,9 @@ std::string html_head(const std::string& name) {
        "text-align:left}td.key{font-weight:600}td.sig{font-weight:700;color:#1a7f37}.se{color:#888;font-size:11px}"
        ".plots{display:grid;grid-template-columns:repeat(auto-fit,minmax(600px,1fr));gap:16px}.plots figure{margin:0;"
        "border:1px solid #eee}.plots svg{width:100%;height:auto;display:block}.meta{color:#555;font-size:13px}"
-       "table.samples td{text-align:left;max-width:560px}table.samples td:first-child{white-space:nowrap}"
+       "table.samples td,table.samples th,table.mc td:last-child,table.mc th:last-child{text-align:left;max-width:560px}.config{columns:4 280px;font-size:12px;"
+       "font-family:monospace}.config div{break-inside:avoid;padding:1px 0}.config span{color:#999}"
+       "details{margin-top:8px;font-size:13px}table.samples td:first-child{white-space:nowrap}"
        ".prompt{color:#888}.nl{color:#bbb}table.summary td:first-child{color:#555}"
        "pre{background:#f7f7f7;padding:8px;font-size:12px;overflow:auto}</style></head><body>\n";
   h += "<h1>lmforge run <code>" + html_escape(name) + "</code></h1>\n";
@@ -316,8 +321,15 @@ std::string config_section(const RunFolder& run, const Json& cfg) {
                             starts.size() - 1, starts.size() == 2 ? "" : "s");
     for (size_t i = 0; i < starts.size(); ++i) meta += (i ? ", " : "") + starts[i];
   }
-  h += "<p class=\"meta\">" + html_escape(meta) + "</p>\n";
-  return h + "<pre>" + html_escape(cfg.dump(2)) + "</pre>\n";
+  h += "<p class=\"meta\">" + html_escape(meta) + "</p>\n<div class=\"config\">";
+  for (const auto& [section, v] : cfg.items()) {
+    if (!v.is_object()) {
+      h += "<div><b>" + html_escape(section) + "</b> " + cell(v) + "</div>";
+      continue;
+    }
+    for (const auto& [key, x] : v.items()) h += "<div><span>" + html_escape(section) + ".</span><b>" + html_escape(key) + "</b> " + cell(x) + "</div>";
+  }
+  return h + "</div>\n<details><summary>config.json</summary><pre>" + html_escape(cfg.dump(2)) + "</pre></details>\n";
 }
 
 }  // namespace
