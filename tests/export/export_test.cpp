@@ -8,6 +8,8 @@
 #include <set>
 #include <sstream>
 
+#include <zlib.h>
+
 #include "absl/strings/str_format.h"
 
 #include "core/config.h"
@@ -21,6 +23,7 @@
 #include "model/hf_export.h"
 #include "model/hf_tokenizer.h"
 #include "train/optim.h"
+#include "report/plot.h"
 #include "report/report.h"
 #include "report/tables.h"
 #include "core/run_folder.h"
@@ -720,6 +723,42 @@ TEST_F(ExportTest, ReportHasCurvesTablesSamplesAndPngs) {
     EXPECT_EQ(png.substr(0, 8), std::string("\x89PNG\r\n\x1a\n", 8)) << p;
     EXPECT_EQ(png.substr(16, 8), std::string("\0\0\x05\0\0\0\x02\x80", 8)) << p << ": 1280x640, twice the page's plot";
   }
+}
+
+// The RGB pixels of a PNG from encode_png (one IDAT, filter 0 on every row).
+std::vector<uint8_t> png_pixels(const std::string& png, int* w, int* h) {
+  auto be32 = [&](size_t at) {
+    return static_cast<uint32_t>(static_cast<uint8_t>(png[at])) << 24 | static_cast<uint8_t>(png[at + 1]) << 16 |
+           static_cast<uint8_t>(png[at + 2]) << 8 | static_cast<uint8_t>(png[at + 3]);
+  };
+  *w = static_cast<int>(be32(16)), *h = static_cast<int>(be32(20));
+  const size_t idat = png.find("IDAT");
+  std::vector<uint8_t> raw(static_cast<size_t>(*h) * (3 * *w + 1));
+  uLongf n = raw.size();
+  EXPECT_EQ(uncompress(raw.data(), &n, reinterpret_cast<const Bytef*>(png.data() + idat + 4), be32(idat - 4)), Z_OK);
+  std::vector<uint8_t> rgb;
+  for (int y = 0; y < *h; ++y) rgb.insert(rgb.end(), raw.begin() + y * (3 * *w + 1) + 1, raw.begin() + (y + 1) * (3 * *w + 1));
+  return rgb;
+}
+
+// Every marker of a series is the same dot: the columns where the series colour is tallest come
+// in 6 runs (5 points and the legend's marker), not 1 (a marker that grew along the series).
+TEST_F(ExportTest, PngMarkersAreTheSameSizeAlongASeries) {
+  report::Series s{"s", {0, 1, 2, 3, 4}, {1, 1, 1, 1, 1}, "#ff0000"};
+  s.markers = true;
+  int w = 0, h = 0;
+  const std::vector<uint8_t> rgb = png_pixels(report::plot_png(report::Plot{"t", "x", "y", {s}}, 1280, 640), &w, &h);
+  ASSERT_EQ(w, 1280);
+  std::vector<int> red(w, 0);
+  for (int y = 0; y < h; ++y)
+    for (int x = 0; x < w; ++x) {
+      const uint8_t* p = &rgb[3 * (y * w + x)];
+      red[x] += p[0] == 255 && p[1] == 0 && p[2] == 0;
+    }
+  const int top = *std::max_element(red.begin(), red.end());
+  int runs = 0;
+  for (int x = 0; x < w; ++x) runs += red[x] == top && (x == 0 || red[x - 1] != top);
+  EXPECT_EQ(runs, 6) << "tallest red column: " << top << " px";
 }
 
 // A resume that extends the budget rewrites config.json: the report shows the run as it now is,
