@@ -31,11 +31,11 @@ struct FitOptions {
   int nproc = 0;              // >1: start that many local ranks (no launcher needed)
   int dist_timeout_s = 300;   // collective timeout: a dead rank fails the others loudly
   bool ddp_post_backward = false;        // all-reduce after backward instead of overlapped
-  std::optional<double> ddp_bucket_mb;   // gradient bucket cap
-  train::TrainOverrides flags;  // unset = keep the preset's, the config file's or the run's value
+  train::TrainOverrides flags;  // --set and the short flags, in command-line order (app/fit_flags.h)
 };
 
-// The --config file: {"model": {...}, "train": {...}}, both optional, strict.
+// The --config file: {"model": {...}, "train": {"batch": {...}, "optimizer": {...}, ...}}, both
+// optional, strict (train/config.h has the sections).
 struct RunFile {
   model::ModelConfig model;
   train::TrainConfig train;
@@ -78,11 +78,11 @@ absl::StatusOr<ResumeBase> read_resume_base(const RunFolder& run) {
   return b;
 }
 
-void apply_flags(const FitOptions& o, train::TrainConfig& tc) {
-  o.flags.apply(tc);
-  if (global_options().threads > 0) tc.threads = global_options().threads;
-  if (o.ddp_post_backward) tc.ddp_overlap = false;
-  if (o.ddp_bucket_mb) tc.ddp_bucket_mb = *o.ddp_bucket_mb;
+absl::Status apply_flags(const FitOptions& o, train::TrainConfig& tc) {
+  LM_RETURN_IF_ERROR(o.flags.apply(tc));
+  if (global_options().threads > 0) tc.hardware.threads = global_options().threads;
+  if (o.ddp_post_backward) tc.distributed.overlap = false;
+  return absl::OkStatus();
 }
 
 // What this invocation asks for: a new run starts from the preset's shape and training defaults,
@@ -106,22 +106,15 @@ absl::StatusOr<RunFile> requested_config(const FitOptions& o, const ResumeBase* 
     LM_ASSIGN_OR_RETURN(Json file, read_json_file(o.config));
     if (file.contains("train")) train::clear_shadowed(file["train"], rf.train);
   }
-  apply_flags(o, rf.train);
+  LM_RETURN_IF_ERROR(apply_flags(o, rf.train));
   return rf;
 }
 
 // Which flag (or file) set a field this time, for the refusal message.
 train::SourceOf source_of(const FitOptions& o) {
   return [&o](const std::string& field) -> std::string {
-    static const std::map<std::string, std::string> kFlags = {
-        {"train.tokens", "--tokens"}, {"train.steps", "--steps"}, {"train.lr", "--lr"},
-        {"train.micro_batch", "--micro-batch"}, {"train.seq_len", "--seq-len"}, {"train.grad_accum", "--grad-accum"},
-        {"train.batch_tokens", "--batch-tokens"}, {"train.dtype", "--dtype"}, {"train.device", "--device"},
-        {"train.checkpoint_interval", "--checkpoint-interval"}, {"train.checkpoint_minutes", "--checkpoint-minutes"},
-        {"train.tf32", "--tf32"}};
     std::vector<std::string> by;
-    auto it = kFlags.find(field);
-    if (it != kFlags.end()) by.push_back(it->second);
+    if (const std::string flag = o.flags.source_of(field); !flag.empty()) by.push_back(flag);
     if (field.rfind("model.", 0) == 0 && o.preset) by.push_back("--preset " + *o.preset);
     if (!o.config.empty()) by.push_back("--config " + o.config);
     return absl::StrJoin(by, " or ");
@@ -193,16 +186,29 @@ absl::Status check_resume_data(const FitOptions& o, const ResumeBase& base, trai
 absl::StatusOr<std::unique_ptr<train::Comm>> set_up_device(const FitOptions& o, const train::DistEnv& env,
                                                            train::TrainConfig& tc) {
   const std::string hardware = train::resolve_hardware(tc, torch::cuda::is_available());
-  if (tc.device == "cuda") train::set_tf32(tc.tf32);
+  if (tc.hardware.device == "cuda") train::set_tf32(tc.hardware.tf32);
   if (env.rank == 0) log_info("%s", hardware);
   LM_ASSIGN_OR_RETURN(const torch::Device dev,
-                      train::rank_device(env, tc.device == "cuda" ? torch::kCUDA : torch::kCPU));
+                      train::rank_device(env, tc.hardware.device == "cuda" ? torch::kCUDA : torch::kCPU));
   std::unique_ptr<train::Comm> comm;
   if (env.active()) {
     LM_ASSIGN_OR_RETURN(comm, train::Comm::connect(env, dev, std::chrono::seconds(o.dist_timeout_s)));
     if (env.rank != 0) init_output(/*quiet=*/true);  // only rank 0 talks to people
   }
   return comm;
+}
+
+}  // namespace
+
+namespace {
+
+// How often the run repeats each language and source: the passes line of 'lmtrain prepare
+// --plan-tokens', for this run's steps x tokens per step (issue #21).
+void log_passes(const data::BatchSampler& sampler, const train::TrainConfig& tc, int world) {
+  const double tokens = static_cast<double>(train::tokens_per_step(tc, world)) * static_cast<double>(tc.steps);
+  const auto passes = data::compute_passes(data::mixture_parts(sampler), tokens);
+  log_info("%s", data::format_passes(passes, tokens, "fit: steps x tokens per step"));
+  data::warn_passes(passes, tokens, "fit");
 }
 
 }  // namespace
@@ -263,14 +269,15 @@ absl::Status run_fit(const FitOptions& o) {
   LM_RETURN_IF_ERROR(train::resolve(req.train, req.model, req.world_size));
 
   data::SamplerConfig sc;
-  sc.batch = req.train.micro_batch;
-  sc.seq_len = req.train.seq_len;
+  sc.batch = req.train.batch.micro_batch;
+  sc.seq_len = req.train.batch.seq_len;
   sc.seed = req.train.seed;
   sc.rank = env.rank;
   sc.world = env.world;
   LM_ASSIGN_OR_RETURN(data::BatchSampler sampler, data::BatchSampler::create(set, sc));
+  if (env.rank == 0) log_passes(sampler, req.train, env.world);
   train::SamplerSource source(std::move(sampler));
-  LM_ASSIGN_OR_RETURN(train::ValSets val, train::load_validation(set, req.train.seq_len, req.train.eval_windows));
+  LM_ASSIGN_OR_RETURN(train::ValSets val, train::load_validation(set, req.train.batch.seq_len, req.train.eval.windows));
 
   if (!o.resume && env.rank == 0) {
     std::error_code ec;
@@ -279,6 +286,11 @@ absl::Status run_fit(const FitOptions& o) {
   }
   LM_ASSIGN_OR_RETURN(train::FitSummary sum, train::fit(req, source, val));
   if (env.rank == 0) std::printf("%s\n", sum.summary().c_str());
+  if (env.rank == 0 && !sum.val_loss.empty() && !val.empty() && !val.begin()->second.empty())  // docs/eval.md
+    std::printf("  (val loss: the first %zu windows of %zu tokens per language; 'lmeval nll' scores every "
+                "validation token, in windows of %ld: its figures differ)\n",
+                val.begin()->second.size(), val.begin()->second.front().size() - 1,
+                static_cast<long>(req.model.max_seq_len));
   if (sum.stop_signal != 0) global_options().exit_code = 128 + sum.stop_signal;
   return absl::OkStatus();
 }
@@ -289,7 +301,7 @@ void add_fit(CLI::App& app, Registry& reg) {
   sub->add_option("--data", o.data, "shards folder written by 'lmtrain prepare' (on --resume: the run's own by default)");
   sub->add_option("--out", o.out, "run folder (config.json, metrics.jsonl, checkpoints/)")->required();
   sub->add_option("--preset", o.preset, "model preset: tiny, small, 124m, 400m, 1b (default small; --resume keeps the run's)");
-  sub->add_option("--config", o.config, "JSON file {\"model\": {...}, \"train\": {...}} over the preset");
+  sub->add_option("--config", o.config, "JSON file {\"model\": {...}, \"train\": {\"optimizer\": {...}, ...}} over the preset");
   sub->add_option("--tokenizer", o.tokenizer, "tokenizer folder (default: the one recorded by prepare)");
   sub->add_option("--init-from", o.init_from, "start from the weights of a folder written by 'lmtrain export' (same architecture)");
   sub->add_flag("--resume", o.resume,
@@ -303,13 +315,13 @@ void add_fit(CLI::App& app, Registry& reg) {
   sub->add_option("--nproc", o.nproc, "data-parallel ranks on this machine (or launch with torchrun/srun)");
   sub->add_option("--dist-timeout", o.dist_timeout_s, "seconds before a collective gives up")->capture_default_str();
   sub->add_flag("--ddp-post-backward", o.ddp_post_backward,
-                "all-reduce gradients after backward instead of overlapped with it (train.ddp_overlap=false)");
-  sub->add_option("--ddp-bucket-mb", o.ddp_bucket_mb, "gradient all-reduce bucket cap in MiB (default 25)");
+                "all-reduce gradients after backward instead of overlapped with it (train.distributed.overlap=false)");
   sub->footer(
       "Examples:\n"
       "  lmtrain fit --data shards/ --preset small --out runs/small --steps 600\n"
       "  lmtrain fit --data shards/ --preset 400m --out runs/400m   # GPU: cuda, bf16, TF32, the preset's batch/lr\n"
       "  lmtrain fit --data shards/ --preset 400m --out runs/400m --tokens 2e9 --micro-batch 8   # flags win\n"
+      "  lmtrain fit --data shards/ --preset tiny --out runs/wsd --set schedule.kind=wsd --set optimizer.beta2=0.99\n"
       "  lmtrain fit --out runs/small --resume                    # after a kill or preemption: the run's own settings\n"
       "  lmtrain fit --out runs/small --resume --steps 1200       # extend a run (re-plans the lr schedule)\n"
       "  lmtrain fit --out runs/small --resume --data shards-v2/ --allow-new-data --steps 2000   # continued pretraining\n"

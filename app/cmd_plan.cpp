@@ -3,6 +3,7 @@
 #include <optional>
 
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
 #include "app/commands.h"
 #include "core/config.h"
 #include "model/config.h"
@@ -63,7 +64,9 @@ void add_plan(CLI::App& app, Registry& reg) {
   sub->add_option("--preset", o.preset, "model preset: tiny, small, 124m, 400m, 1b")->capture_default_str();
   sub->add_option("--model-config", o.model_config, "JSON file overriding preset fields");
   sub->add_option("--tokens", o.tokens, "training tokens (default: the preset's budget, docs/gpu.md)");
-  sub->add_option("--gpu", o.gpu, "h100, h200, a100, l40s, 4090, a10")->capture_default_str();
+  sub->add_option("--gpu", o.gpu, "GPU of train/device.cpp's table: " + absl::StrJoin(train::gpu_names(), ", ") +
+                                       " (h100 is the SXM module, also h100-sxm)")
+      ->capture_default_str();
   sub->add_option("--gpus", o.gpus, "number of GPUs (data parallel)")->capture_default_str();
   sub->add_option("--seq", o.seq, "sequence length (default: the preset's training sequence, docs/gpu.md)");
   sub->add_option("--micro-batch", o.micro_batch,
@@ -78,6 +81,7 @@ void add_plan(CLI::App& app, Registry& reg) {
       "  lmtrain plan --preset 400m --tokens 2e9 --gpu h100 --mfu 0.4 --price-per-hour 3\n"
       "  lmtrain plan --preset 400m --tokens 2e9 --gpu h100 --hours 54.6 --price 3   # the reference report's run\n"
       "  lmtrain plan --preset 1b --tokens 20e9 --gpu h100 --gpus 8\n"
+      "  lmtrain plan --preset 400m --gpu h100-pcie --micro-batch 64   # says whether it fits, and what does\n"
       "The last two lines are the 'lmtrain fit' and 'docker run' commands that train what the plan assumes.");
   add_global_flags(sub);
   reg.push_back({sub, [] { return run_plan(o); }});

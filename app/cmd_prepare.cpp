@@ -64,6 +64,9 @@ void add_prepare(CLI::App& app, Registry& reg) {
   sub->add_option("--val-fraction", c->o.val_fraction, "share of documents held out for validation, by content hash")
       ->capture_default_str();
   sub->add_option("--shard-tokens", c->o.shard_tokens, "tokens per shard file")->capture_default_str();
+  sub->add_option("--plan-tokens", c->o.plan_tokens,
+                  "report the passes over each language and source that training on this many tokens makes "
+                  "(e.g. 2e8; warns above 4)");
   sub->add_flag("--skip-invalid-utf8", c->o.skip_invalid_utf8, "skip and count lines with invalid UTF-8 instead of failing");
   sub->add_flag("--dedup", c->o.dedup, "drop exact duplicate documents");
   sub->add_flag("--force", c->force, "replace the shards in an existing, non-empty --out folder");

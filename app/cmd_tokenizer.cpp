@@ -82,7 +82,7 @@ void add_tokenizer(CLI::App& app, Registry& reg) {
   sub->add_option("--max-piece-length", r.max_piece_length, "code points per piece")->capture_default_str();
   sub->add_option("--sample-chars", r.sample_chars, "training sample size in code points (by manifest weights)")
       ->capture_default_str();
-  sub->add_option("--keep-ratio", r.keep_ratio, "shrink all sources so the language ratio equals the weights")
+  sub->add_option("--keep-ratio", r.keep_ratio, "when a source is short of its share: true cuts every source alike (exact mix, smaller sample), false fills from the others")
       ->capture_default_str();
   sub->add_option("--heldout-every", r.heldout_every, "hold out every N-th document per language (0 = none)")
       ->capture_default_str();

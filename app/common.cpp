@@ -35,8 +35,9 @@ int run_main(CLI::App& app, Registry& registry, int argc, char** argv) {
     if (cmd.sub->parsed()) {
       try {
         absl::Status st = cmd.run();
-        if (st.ok() && global_options().exit_code >= 0) return global_options().exit_code;
-        return report_error(st);
+        if (global_options().exit_code < 0) return report_error(st);
+        report_error(st);  // says why, when not ok; the command's own exit code (e.g. 128+signal) wins
+        return global_options().exit_code;
       } catch (const std::exception& e) {
         std::fprintf(stderr, "error: %s\n", e.what());
         return kExitRuntime;

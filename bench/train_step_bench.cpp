@@ -212,9 +212,9 @@ int main(int argc, char** argv) {
     req.run_dir = (std::filesystem::temp_directory_path() / ("lm_bench_" + std::to_string(getpid()))).string();
     req.force = true;
     auto& t = req.train;
-    t.steps = steps; t.micro_batch = batch; t.seq_len = seq; t.dtype = dtype; t.device = device;
-    t.log_interval = std::max<int64_t>(1, steps / 4); t.eval_interval = 0; t.checkpoint_interval = 0;
-    t.verify_at_start = false; t.warmup_steps = 2; t.threads = nthreads;
+    t.steps = steps; t.batch.micro_batch = batch; t.batch.seq_len = seq; t.hardware.dtype = dtype; t.hardware.device = device;
+    t.logging.interval = std::max<int64_t>(1, steps / 4); t.eval.interval = 0; t.checkpoint.interval = 0;
+    t.debug.verify_at_start = false; t.schedule.warmup_steps = 2; t.hardware.threads = nthreads;
     RandomSource src(batch * (seq + 1), static_cast<int32_t>(mc.vocab_size));
     auto sum = lm::train::fit(req, src, {});
     rate = steady_rate(lm::RunFolder(req.run_dir).metrics());

@@ -2,6 +2,10 @@
 
 #include <algorithm>
 
+#include "absl/strings/ascii.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
+
 #include "core/file.h"
 
 namespace lm {
@@ -13,7 +17,106 @@ std::string short_what(const char* what) {
   if (s.size() > 200) s = s.substr(0, 200) + "...";
   return s;
 }
+size_t edit_distance(const std::string& a, const std::string& b) {
+  std::vector<size_t> row(b.size() + 1);
+  for (size_t j = 0; j <= b.size(); ++j) row[j] = j;
+  for (size_t i = 1; i <= a.size(); ++i) {
+    size_t diag = row[0];
+    row[0] = i;
+    for (size_t j = 1; j <= b.size(); ++j) {
+      const size_t up = row[j];
+      row[j] = std::min({row[j] + 1, row[j - 1] + 1, diag + (a[i - 1] == b[j - 1] ? 0 : 1)});
+      diag = up;
+    }
+  }
+  return row[b.size()];
+}
+
+std::string last_part(const std::string& dotted) {
+  const size_t dot = dotted.rfind('.');
+  return dot == std::string::npos ? dotted : dotted.substr(dot + 1);
+}
+
+// Command-line text as the JSON of the field it replaces (`like`: the field's current value).
+absl::StatusOr<Json> text_as(const Json& like, const std::string& text, const std::string& path) {
+  auto wrong = [&](const char* want) {
+    return absl::InvalidArgumentError(absl::StrCat(path, ": expected ", want, ", got '", text, "'"));
+  };
+  if (like.is_string()) return Json(text);
+  if (like.is_boolean()) {
+    const std::string t = absl::AsciiStrToLower(text);
+    if (t == "true" || t == "on" || t == "1" || t == "yes") return Json(true);
+    if (t == "false" || t == "off" || t == "0" || t == "no") return Json(false);
+    return wrong("true or false (on/off, 1/0)");
+  }
+  auto j = parse_json(text, path);
+  if (!j.ok()) return wrong(like.is_number() ? "a number" : like.is_array() ? "a JSON array" : "JSON");
+  return *j;  // from_json checks the type and range, with the same messages as a config file
+}
+
 }  // namespace
+
+namespace config_detail {
+
+std::string nearest_key(const std::string& key, const std::vector<std::string>& candidates) {
+  // The same last part in another section first ("lr" -> "optimizer.lr"), then the closest
+  // spelling within a third of the key's length ("stepz" -> "steps").
+  for (const auto& c : candidates)
+    if (last_part(c) == last_part(key) && c != key) return c;
+  std::string best;
+  size_t best_d = std::max<size_t>(2, key.size() / 3) + 1;
+  for (const auto& c : candidates) {
+    const size_t d = std::min(edit_distance(key, c), edit_distance(last_part(key), last_part(c)) + 1);
+    if (d < best_d) { best_d = d; best = c; }
+  }
+  return best;
+}
+
+absl::Status unknown_key(const std::string& path, const std::string& key, const std::vector<std::string>& known) {
+  const std::string near = nearest_key(key, known);
+  return absl::InvalidArgumentError(absl::StrCat(join_path(path, key), ": unknown key (",
+                                                 near.empty() ? "" : "did you mean '" + near + "'? ",
+                                                 "known keys: ", absl::StrJoin(known, ", "), ")"));
+}
+
+}  // namespace config_detail
+
+std::vector<std::string> dotted_keys(const Json& j, const std::string& prefix) {
+  std::vector<std::string> out;
+  for (auto it = j.begin(); it != j.end(); ++it) {
+    const std::string key = config_detail::join_path(prefix, it.key());
+    if (it->is_object()) {
+      auto inner = dotted_keys(*it, key);
+      out.insert(out.end(), inner.begin(), inner.end());
+    } else {
+      out.push_back(key);
+    }
+  }
+  return out;
+}
+
+absl::StatusOr<Json> dotted_value(const Json& current, const std::string& dotted, const std::string& text,
+                                  const std::string& root) {
+  const std::vector<std::string> parts = absl::StrSplit(dotted, '.');
+  const Json* at = &current;
+  for (const auto& part : parts) {
+    if (!at->is_object() || !at->contains(part)) {
+      const std::vector<std::string> keys = dotted_keys(current);
+      const std::string near = config_detail::nearest_key(dotted, keys);
+      return absl::InvalidArgumentError(absl::StrCat(
+          config_detail::join_path(root, dotted), ": unknown key",
+          near.empty() ? "" : " (did you mean '" + near + "'?)", "; keys: ", absl::StrJoin(keys, ", ")));
+    }
+    at = &(*at)[part];
+  }
+  const std::string path = config_detail::join_path(root, dotted);
+  if (at->is_object())
+    return absl::InvalidArgumentError(absl::StrCat(path, ": a section, not a field; set one of ",
+                                                   absl::StrJoin(dotted_keys(*at, path), ", ")));
+  LM_ASSIGN_OR_RETURN(Json value, text_as(*at, text, path));
+  for (auto it = parts.rbegin(); it != parts.rend(); ++it) value = Json{{*it, std::move(value)}};
+  return value;
+}
 
 absl::StatusOr<Json> parse_json(std::string_view text, const std::string& source, int64_t first_line) {
   try {

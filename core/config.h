@@ -29,6 +29,14 @@ namespace config_detail {
 
 template <class T, class = void>
 struct has_visit : std::false_type {};
+// A struct may also declare `static absl::Status check_json(const Json& j, const std::string& path)`,
+// called before its fields are read: a layout the struct outgrew (TrainConfig's flat keys) is then
+// refused with its own message instead of one "unknown key" per old field.
+template <class T, class = void>
+struct has_check_json : std::false_type {};
+template <class T>
+struct has_check_json<T, std::void_t<decltype(T::check_json(std::declval<const Json&>(), std::string()))>>
+    : std::true_type {};
 template <class T>
 struct has_visit<T, std::void_t<decltype(std::declval<T&>().visit(std::declval<int&>()))>>
     : std::true_type {};
@@ -38,6 +46,12 @@ inline std::string join_path(const std::string& base, const std::string& key) {
 }
 
 inline const char* type_name(const Json& j) { return j.type_name(); }
+
+// The candidate closest to `key` by edit distance ("" when none is close), for "did you mean".
+std::string nearest_key(const std::string& key, const std::vector<std::string>& candidates);
+
+// "path: unknown key (did you mean 'x'? known keys: a, b, c)".
+absl::Status unknown_key(const std::string& path, const std::string& key, const std::vector<std::string>& known);
 
 template <class T>
 absl::Status read_value(const Json& j, T& out, const std::string& path);
@@ -59,12 +73,8 @@ class Reader {
   absl::Status finish() {
     if (!status_.ok()) return status_;
     for (auto it = j_.begin(); it != j_.end(); ++it) {
-      if (!seen_.count(it.key())) {
-        std::string known;
-        for (const auto& k : seen_) known += (known.empty() ? "" : ", ") + k;
-        return absl::InvalidArgumentError(absl::StrCat(join_path(path_, it.key()),
-                                                       ": unknown key (known keys: ", known, ")"));
-      }
+      if (!seen_.count(it.key()))
+        return unknown_key(path_, it.key(), std::vector<std::string>(seen_.begin(), seen_.end()));
     }
     return absl::OkStatus();
   }
@@ -135,6 +145,7 @@ absl::Status read_value(const Json& j, T& out, const std::string& path) {
     out = j.get<std::string>();
   } else if constexpr (has_visit<T>::value) {
     if (!j.is_object()) return wrong("an object");
+    if constexpr (has_check_json<T>::value) LM_RETURN_IF_ERROR(T::check_json(j, path));
     Reader r(j, path);
     out.visit(r);
     return r.finish();
@@ -181,6 +192,23 @@ template <class T>
 Json to_json(const T& value) {
   return config_detail::write_value(value);
 }
+
+// One field of a config struct from command-line text, by dotted key ("optimizer.lr", "3e-4"):
+// the key must name a field (an unknown one suggests the nearest dotted key), the text is read as
+// that field's type (a string as is; a bool as true/false/on/off/1/0; a number or array as JSON)
+// and then goes through from_json, so the type and range checks are the config file's. `root`
+// prefixes paths in messages ("train"). Returns the {"optimizer": {"lr": 3e-4}} object applied.
+absl::StatusOr<Json> dotted_value(const Json& current, const std::string& dotted, const std::string& text,
+                                  const std::string& root);
+
+template <class T>
+absl::Status set_dotted(T& out, const std::string& dotted, const std::string& text, const std::string& root = "") {
+  LM_ASSIGN_OR_RETURN(Json j, dotted_value(to_json(out), dotted, text, root));
+  return from_json(j, out, root);
+}
+
+// Every leaf of a JSON object as a dotted key ("optimizer.lr"), in the object's order.
+std::vector<std::string> dotted_keys(const Json& j, const std::string& prefix = "");
 
 // Parses JSON text; the error names SOURCE:LINE:COLUMN (LINE counted from `first_line`, for text
 // that is one line of a larger file) and quotes at most ~200 characters of the parser's message.

@@ -5,7 +5,9 @@
 #include <zlib.h>
 
 #include <algorithm>
+#include <cctype>
 #include <cerrno>
+#include <cstdio>
 #include <cstring>
 #include <cmath>
 #include <set>
@@ -16,7 +18,9 @@
 
 #include "core/config.h"
 #include "core/file.h"
+#include "core/log.h"
 #include "corpus/decompress.h"
+#include "corpus/parquet.h"
 
 namespace lm::data {
 namespace {
@@ -128,6 +132,7 @@ void ReadStats::add(const ReadStats& o) {
   invalid_skipped += o.invalid_skipped;
   empty_dropped += o.empty_dropped;
   duplicates_dropped += o.duplicates_dropped;
+  nulls_skipped += o.nulls_skipped;
 }
 
 absl::Status stop_reading() { return absl::CancelledError(kStopMessage); }
@@ -202,6 +207,47 @@ int64_t count_code_points(std::string_view utf8) {
   return n;
 }
 
+namespace {
+
+bool is_id(const std::string& s) {
+  if (s.empty() || s.size() > 64) return false;
+  for (char c : s)
+    if (!std::isalnum(static_cast<unsigned char>(c)) && c != '_' && c != '-') return false;
+  return true;
+}
+
+// "bn/news.txt.gz" -> "news"; empty when that is not an id (a glob, a dotfile).
+std::string path_stem(const std::string& path) {
+  const size_t slash = path.find_last_of('/');
+  const std::string base = slash == std::string::npos ? path : path.substr(slash + 1);
+  const std::string stem = base.substr(0, base.find('.'));
+  return is_id(stem) ? stem : "";
+}
+
+}  // namespace
+
+std::string source_id(const CorpusManifest& m, size_t i) {
+  const CorpusSource& s = m.sources[i];
+  if (!s.name.empty()) return s.name;
+  const std::string stem = s.paths.empty() ? "" : path_stem(s.paths[0]);
+  bool unique = !stem.empty();
+  for (size_t k = 0; k < m.sources.size() && unique; ++k) {
+    const CorpusSource& o = m.sources[k];
+    if (k != i && (o.name == stem || (o.name.empty() && !o.paths.empty() && path_stem(o.paths[0]) == stem)))
+      unique = false;
+  }
+  if (unique) return stem;
+  int nth = 0;
+  for (size_t k = 0; k <= i; ++k) nth += m.sources[k].lang == s.lang;
+  return absl::StrCat(s.lang, "-", nth);
+}
+
+std::string describe_source(const CorpusManifest& m, size_t i) {
+  const CorpusSource& s = m.sources[i];
+  return absl::StrCat("'", source_id(m, i), "' (sources[", i, "], ", s.lang,
+                      s.paths.empty() ? "" : ", " + s.paths[0], s.paths.size() > 1 ? ", ..." : "", ")");
+}
+
 absl::Status validate_manifest(const CorpusManifest& m, const std::string& where) {
   auto bad = [&](const std::string& field, const std::string& what) {
     return absl::InvalidArgumentError(absl::StrCat(where, ": ", field, ": ", what));
@@ -214,9 +260,17 @@ absl::Status validate_manifest(const CorpusManifest& m, const std::string& where
     if (s.format != "lines" && s.format != "paragraphs" && s.format != "jsonl")
       return bad(p + ".format", "expected \"lines\", \"paragraphs\" or \"jsonl\", got \"" + s.format + "\"");
     if (s.format == "jsonl" && s.text_field.empty()) return bad(p + ".text_field", "must not be empty");
+    if (s.column.empty()) return bad(p + ".column", "must not be empty (the string column of Parquet files)");
     if (!(s.weight > 0) || !std::isfinite(s.weight))
       return bad(p + ".weight", absl::StrCat("must be a positive number, got ", s.weight));
     if (s.paths.empty()) return bad(p + ".paths", "no files listed");
+    if (!s.name.empty() && !is_id(s.name))
+      return bad(p + ".name", "'" + s.name + "': use 1-64 letters, digits, '_' or '-' (it names shard files)");
+    for (size_t k = 0; k < i; ++k) {
+      if (source_id(m, k) == source_id(m, i))
+        return bad(p + ".name", absl::StrCat("'", source_id(m, i), "' is also the id of sources[", k,
+                                             "] (give each source its own name)"));
+    }
     for (size_t k = 0; k < s.paths.size(); ++k) {
       const std::string full = join(m.base_dir, s.paths[k]);
       if (expand(full).empty())
@@ -250,17 +304,15 @@ namespace {
 
 bool is_stop(const absl::Status& s) { return absl::IsCancelled(s) && s.message() == kStopMessage; }
 
-// One file; `seen` holds the hashes of documents already delivered (dedup spans files).
-absl::Status read_one_file(const std::string& path, const std::string& format, const std::string& text_field,
-                           const ReadOptions& options,
-                           const std::function<absl::Status(const std::string& doc)>& fn, ReadStats& st,
-                           std::unordered_set<uint64_t>& seen) {
-  if (format != "lines" && format != "paragraphs" && format != "jsonl")
-    return absl::InvalidArgumentError(absl::StrCat(path, ": unknown format '", format, "'"));
-  LM_ASSIGN_OR_RETURN(auto stream, ByteStream::open(path));
-  LineReader reader(std::move(stream));
+// Where the documents of one file go: empty ones dropped, NFC, optional dedup (`seen` spans the
+// files of a source), counted in `st`, then handed to fn.
+struct DocSink {
+  const ReadOptions& options;
+  const std::function<absl::Status(const std::string& doc)>& fn;
+  ReadStats& st;
+  std::unordered_set<uint64_t>& seen;
 
-  auto emit = [&](std::string_view raw) -> absl::Status {
+  absl::Status emit(std::string_view raw) {
     if (is_blank(raw)) {
       ++st.empty_dropped;
       return absl::OkStatus();
@@ -274,33 +326,59 @@ absl::Status read_one_file(const std::string& path, const std::string& format, c
     st.bytes += static_cast<int64_t>(doc.size());
     st.chars += count_code_points(doc);
     return fn(doc);
-  };
-  auto check_utf8 = [&](const std::string& line, bool* skip) -> absl::Status {
+  }
+  // OK with *skip set for invalid UTF-8 under skip_invalid_utf8; else an error naming where()
+  // (built only then: this runs for every line) and the `unit` ("line", "value") that is skipped.
+  template <class Where>
+  absl::Status check_utf8(std::string_view text, const Where& where, const char* unit, bool* skip) {
     size_t bad = 0;
     *skip = false;
-    if (is_valid_utf8(line, &bad)) return absl::OkStatus();
+    if (is_valid_utf8(text, &bad)) return absl::OkStatus();
     if (options.skip_invalid_utf8) {
       ++st.invalid_skipped;
       *skip = true;
       return absl::OkStatus();
     }
-    return absl::InvalidArgumentError(
-        absl::StrCat(path, ":", reader.line_no(), ": invalid UTF-8 at byte ", bad,
-                     " of the line (fix the file, or pass --skip-invalid-utf8 to skip and count such lines)"));
-  };
+    return absl::InvalidArgumentError(absl::StrCat(
+        where(), ": invalid UTF-8 at byte ", bad, " of the ", unit, " (fix the file, or pass --skip-invalid-utf8 to skip and count such ",
+        unit, "s)"));
+  }
+};
 
+// One JSON line (line `line_no` of `path`): the string field `text_field` of an object.
+absl::Status emit_jsonl(const std::string& line, const std::string& path, int64_t line_no,
+                        const std::string& text_field, DocSink& sink) {
+  auto where = [&] { return absl::StrCat(path, ":", line_no); };
+  Json j;
+  try {
+    j = Json::parse(line);
+  } catch (const Json::exception& e) {  // parse_error, or out_of_range for a number beyond double
+    return absl::InvalidArgumentError(absl::StrCat(where(), ": not valid JSON: ", e.what()));
+  }
+  auto it = j.is_object() ? j.find(text_field) : j.end();
+  if (!j.is_object() || it == j.end() || !it->is_string())
+    return absl::InvalidArgumentError(absl::StrCat(where(), ": expected an object with a string field \"", text_field,
+                                                   "\" (set the source's text_field)"));
+  return sink.emit(it->get_ref<const std::string&>());
+}
+
+// A text file (plain or compressed) in one of the line formats.
+absl::Status read_text_file_docs(const std::string& path, const CorpusSource& src, DocSink& sink) {
+  LM_ASSIGN_OR_RETURN(auto stream, ByteStream::open(path));
+  LineReader reader(std::move(stream));
   absl::Status status;
   std::string line, para;
   bool in_para = false;
   while (status.ok() && reader.next(line)) {
+    auto where = [&] { return absl::StrCat(path, ":", reader.line_no()); };
     bool skip = false;
-    status = check_utf8(line, &skip);
+    status = sink.check_utf8(line, where, "line", &skip);
     if (!status.ok() || skip) continue;
-    if (format == "lines") {
-      status = emit(line);
-    } else if (format == "paragraphs") {
+    if (src.format == "lines") {
+      status = sink.emit(line);
+    } else if (src.format == "paragraphs") {
       if (is_blank(line)) {
-        if (in_para) status = emit(para);
+        if (in_para) status = sink.emit(para);
         para.clear();
         in_para = false;
       } else {
@@ -308,31 +386,44 @@ absl::Status read_one_file(const std::string& path, const std::string& format, c
         para += line;
         in_para = true;
       }
-    } else if (format == "jsonl") {
-      if (is_blank(line)) continue;
-      Json j;
-      try {
-        j = Json::parse(line);
-      } catch (const Json::exception& e) {  // parse_error, or out_of_range for a number beyond double
-        status = absl::InvalidArgumentError(
-            absl::StrCat(path, ":", reader.line_no(), ": not valid JSON: ", e.what()));
-        break;
-      }
-      auto it = j.is_object() ? j.find(text_field) : j.end();
-      if (!j.is_object() || it == j.end() || !it->is_string()) {
-        status = absl::InvalidArgumentError(absl::StrCat(
-            path, ":", reader.line_no(), ": expected an object with a string field \"", text_field,
-            "\" (set the source's text_field)"));
-        break;
-      }
-      status = emit(it->get_ref<const std::string&>());
+    } else if (!is_blank(line)) {
+      status = emit_jsonl(line, path, reader.line_no(), src.text_field, sink);
     }
   }
-  if (status.ok() && in_para) status = emit(para);
+  if (status.ok() && in_para) status = sink.emit(para);
   if (status.ok() && !reader.error().empty())
     status = absl::DataLossError(absl::StrCat(path, ":", reader.line_no() + 1, ": cannot read (", reader.format(),
                                               "): ", reader.error(), " (corrupt or truncated file?)"));
   return status;
+}
+
+// A Parquet file (corpus/parquet.h): every non-null value of the source's column is a document,
+// whatever its `format`; the nulls are counted, skipped and said.
+absl::Status read_parquet_docs(const std::string& path, const CorpusSource& src, DocSink& sink) {
+  auto counts = for_each_parquet_value(path, src.column, [&](std::string_view value, int64_t row) {
+    bool skip = false;
+    auto where = [&] { return absl::StrCat(path, ": row ", row, " of column '", src.column, "'"); };
+    LM_RETURN_IF_ERROR(sink.check_utf8(value, where, "value", &skip));
+    return skip ? absl::OkStatus() : sink.emit(value);
+  });
+  if (!counts.ok()) return counts.status();
+  sink.st.nulls_skipped += counts->nulls;
+  if (counts->nulls > 0)
+    log_info("%s: skipped %d null values of column '%s' (of %d rows)", path, counts->nulls, src.column, counts->rows);
+  return absl::OkStatus();
+}
+
+// One file of a source, Parquet or text by its first bytes.
+absl::Status read_one_file(const std::string& path, const CorpusSource& src, DocSink& sink) {
+  if (src.format != "lines" && src.format != "paragraphs" && src.format != "jsonl")
+    return absl::InvalidArgumentError(absl::StrCat(path, ": unknown format '", src.format, "'"));
+  std::FILE* f = std::fopen(path.c_str(), "rb");
+  if (!f) return absl::NotFoundError(absl::StrCat(path, ": cannot open: ", std::strerror(errno)));
+  char head[4] = {};
+  const size_t n = std::fread(head, 1, sizeof head, f);
+  std::fclose(f);
+  if (is_parquet(std::string_view(head, n))) return read_parquet_docs(path, src, sink);
+  return read_text_file_docs(path, src, sink);
 }
 
 }  // namespace
@@ -343,7 +434,11 @@ absl::Status for_each_document_in_file(const std::string& path, const std::strin
                                        ReadStats* stats) {
   ReadStats local;
   std::unordered_set<uint64_t> seen;
-  absl::Status st = read_one_file(path, format, text_field, options, fn, stats ? *stats : local, seen);
+  CorpusSource src;
+  src.format = format;
+  src.text_field = text_field;
+  DocSink sink{options, fn, stats ? *stats : local, seen};
+  absl::Status st = read_one_file(path, src, sink);
   return is_stop(st) ? absl::OkStatus() : st;
 }
 
@@ -356,8 +451,9 @@ absl::Status for_each_document(const CorpusManifest& m, const CorpusSource& s, c
                                             m.base_dir, "')"));
   ReadStats local;
   std::unordered_set<uint64_t> seen;
+  DocSink sink{options, fn, stats ? *stats : local, seen};
   for (const auto& f : files) {
-    absl::Status st = read_one_file(f, s.format, s.text_field, options, fn, stats ? *stats : local, seen);
+    absl::Status st = read_one_file(f, s, sink);
     if (is_stop(st)) return absl::OkStatus();
     LM_RETURN_IF_ERROR(st);
   }

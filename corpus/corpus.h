@@ -5,8 +5,15 @@
 // corpus.json:
 //   {"sources": [
 //     {"paths": ["bn/*.txt.gz"], "format": "lines", "lang": "bn", "weight": 2.0},
-//     {"paths": ["en/wiki.jsonl.gz"], "format": "jsonl", "text_field": "text", "lang": "en"}]}
+//     {"paths": ["en/wiki.jsonl.gz"], "format": "jsonl", "text_field": "text", "lang": "en"},
+//     {"paths": ["en/fineweb/*.parquet"], "column": "text", "lang": "en"}]}
+// A Parquet file (by its magic bytes, corpus/parquet.h) gives one document per non-null value of
+// `column`, whatever `format` says; the other files are text in `format`.
 // Paths are relative to the manifest's folder (absolute paths are kept as they are).
+//
+// One meaning of weight: a source's share of the mixture is weight / (sum of the weights of the
+// sources that have text), the same in the tokenizer's sample (characters) and in training
+// (windows drawn); a language's share is the sum over its sources (docs/data.md).
 #pragma once
 
 #include <cstdint>
@@ -23,13 +30,18 @@ struct CorpusSource {
   std::vector<std::string> paths;  // files or glob patterns, relative to the manifest's folder
   std::string format = "lines";    // "lines" (one doc per line) | "paragraphs" (blank-line separated) | "jsonl"
   std::string text_field = "text"; // for jsonl: the string field that holds the document
+  std::string column = "text";     // for Parquet files (by magic bytes, any format): the string column
   std::string lang;                // language tag, e.g. "bn", "en" (required)
-  double weight = 1.0;             // mixture weight (> 0)
+  double weight = 1.0;             // share of the mixture = weight / sum of weights (> 0)
+  std::string name;                // optional id in reports, shard names and the data cursor
+                                   // (default: see source_id); letters, digits, '_' and '-'
   template <class V>
   void visit(V& v) {
+    v("name", name);
     v("paths", paths);
     v("format", format);
     v("text_field", text_field);
+    v("column", column);
     v("lang", lang);
     v("weight", weight);
   }
@@ -45,9 +57,17 @@ struct CorpusManifest {
 };
 
 // Reads corpus.json strictly: unknown keys, wrong types, a missing `lang`, a bad `format`, a
-// weight <= 0 and a path or glob that matches no file are errors naming the dotted path
-// ("corpus.json: sources[1].weight: ...").
+// weight <= 0, a bad or repeated name and a path or glob that matches no file are errors naming
+// the dotted path ("corpus.json: sources[1].weight: ...").
 absl::StatusOr<CorpusManifest> load_manifest(const std::string& path);
+
+// The id of sources[i]: its `name`, else the file name of its first path without extensions
+// ("bn/news.txt.gz" -> "news") when that is a valid, unique id, else "<lang>-<k>" (k-th source
+// of the language, from 1). Stable for a given manifest; validate_manifest rejects clashes.
+std::string source_id(const CorpusManifest& manifest, size_t i);
+
+// For messages: "'news' (sources[0], bn, bn/news.txt.gz)".
+std::string describe_source(const CorpusManifest& manifest, size_t i);
 
 // Checks a manifest built in code (load_manifest calls it); `where` prefixes messages.
 absl::Status validate_manifest(const CorpusManifest& manifest, const std::string& where);
@@ -69,13 +89,14 @@ struct ReadStats {
   int64_t invalid_skipped = 0;     // lines skipped for invalid UTF-8 (skip_invalid_utf8)
   int64_t empty_dropped = 0;       // empty or whitespace-only documents
   int64_t duplicates_dropped = 0;  // exact duplicates (dedup)
+  int64_t nulls_skipped = 0;       // null values of a Parquet file's column (each file's count is logged)
   void add(const ReadStats& o);
 };
 
 // Calls fn for every document (NFC-normalised UTF-8) of every file of the source, in file
-// order; .gz files are decompressed transparently. An error from fn stops reading and is
-// returned, except stop_reading(), which stops and returns OK. `stats` may be null; it is
-// added to, not reset.
+// order; compressed files are decompressed transparently, Parquet files read by column. An error
+// from fn stops reading and is returned, except stop_reading(), which stops and returns OK.
+// `stats` may be null; it is added to, not reset.
 absl::Status for_each_document(const CorpusManifest& manifest, const CorpusSource& source,
                                const ReadOptions& options,
                                const std::function<absl::Status(const std::string& doc)>& fn,

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "corpus/parquet.h"
 
 namespace lm::data {
 namespace {
@@ -26,7 +27,10 @@ constexpr Foreign kForeign[] = {
     {"PK\x03\x04", "a zip archive", "unzip it and list the files it holds"},
     {"7z\xBC\xAF\x27\x1C", "a 7-Zip archive", "extract it (7z x) and list the files it holds"},
     {"\x04\x22\x4D\x18", "an LZ4 frame", "decompress it (lz4 -d) or recompress with zstd"},
-    {"PAR1", "a Parquet file", "export its text column to .jsonl (e.g. with pyarrow or duckdb), then read that"},
+    // Corpus sources read Parquet by column (corpus/parquet.h); a text stream (a benchmark file) cannot.
+    {"PAR1", "a Parquet file",
+     "list it as a corpus.json source (read by column when built with LM_WITH_PARQUET), or export its text "
+     "column to .jsonl (e.g. with pyarrow or duckdb) and read that"},
     {"\x89HDF", "an HDF5 file", "export the text to .jsonl or .txt"},
 };
 
@@ -230,7 +234,9 @@ uint64_t estimated_uncompressed_bytes(const std::string& path) {
   uint8_t tail[4] = {};
   const bool have_tail = size >= 18 && std::fseek(f, -4, SEEK_END) == 0 && std::fread(tail, 1, 4, f) == 4;
   std::fclose(f);
-  auto kind = sniff_compression(path, std::string_view(reinterpret_cast<const char*>(head), n));
+  const std::string_view head_view(reinterpret_cast<const char*>(head), n);
+  if (is_parquet(head_view)) return std::max(parquet_uncompressed_bytes(path), size);
+  auto kind = sniff_compression(path, head_view);
   if (!kind.ok() || *kind == "plain") return size;
   if (*kind == "gzip") {
     const uint64_t isize = tail[0] | (tail[1] << 8) | (tail[2] << 16) | (static_cast<uint64_t>(tail[3]) << 24);

@@ -38,7 +38,8 @@ class ByteStream {
 
 // The text size of a file for a progress total: gzip's ISIZE trailer (RFC 1952; mod 2^32), a zstd
 // frame's content size when its header has one, else the file size times a typical text ratio
-// (zstd 4, bzip2 4.5, xz 5); a plain file's size. 0 when the file cannot be read.
+// (zstd 4, bzip2 4.5, xz 5); a plain file's size; a Parquet file's uncompressed data size from its
+// footer (all columns; corpus/parquet.h). 0 when the file cannot be read.
 uint64_t estimated_uncompressed_bytes(const std::string& path);
 
 // The whole decompressed content of a file (small files: benchmarks, configs).

@@ -9,6 +9,7 @@
 #include <fstream>
 #include <map>
 #include <mutex>
+#include <set>
 #include <thread>
 
 #include "absl/strings/str_format.h"
@@ -24,7 +25,7 @@ namespace {
 namespace fs = std::filesystem;
 
 struct Batch {
-  int lang = 0;
+  int source = 0;  // index into corpus.sources
   std::vector<std::string> docs;
   uint64_t bytes = 0;
 };
@@ -72,10 +73,12 @@ class BatchQueue {
   std::condition_variable not_full_, not_empty_;
 };
 
-// One open shard per (language, split); flushed to a file when it reaches shard_tokens.
+// One open shard per (source, split); flushed to a file when it reaches shard_tokens. Shards are
+// per source so the sampler can give each source its own weight (docs/data.md).
 struct Output {
   std::string lang, split;
   ShardWriter writer;
+  std::string source;  // corpus source id
   int next_index = 0;
   uint64_t docs = 0, tokens = 0;
 };
@@ -100,6 +103,45 @@ bool is_validation_doc(const std::string& doc, double val_fraction) {
   return static_cast<double>(mixed >> 11) * 0x1.0p-53 < val_fraction;
 }
 
+namespace {
+
+// Per source and per language counts. A source's share is its weight over the weights of the
+// sources that have training tokens: an empty source adds no weight. token_share is what the
+// sampler draws by default, natural_share what is on disk.
+void fill_report(const CorpusManifest& corpus, const std::vector<Output>& outputs, const std::vector<ReadStats>& stats,
+                 ShardManifest& m) {
+  double weight_total = 0;
+  uint64_t train_total = 0;
+  for (size_t i = 0; i < corpus.sources.size(); ++i) {
+    if (outputs[2 * i].tokens > 0) weight_total += corpus.sources[i].weight;
+    train_total += outputs[2 * i].tokens;
+  }
+  auto frac = [](double a, double b) { return b > 0 ? a / b : 0.0; };
+  for (size_t i = 0; i < corpus.sources.size(); ++i) {
+    const CorpusSource& src = corpus.sources[i];
+    const Output &train = outputs[2 * i], &val = outputs[2 * i + 1];
+    SourceReport s{source_id(corpus, i), src.lang, src.weight, static_cast<uint64_t>(stats[i].documents),
+                   static_cast<uint64_t>(stats[i].chars), train.tokens, val.tokens};
+    s.share = train.tokens > 0 ? frac(src.weight, weight_total) : 0.0;
+    s.natural_share = frac(static_cast<double>(train.tokens), static_cast<double>(train_total));
+    m.sources.push_back(s);
+    LanguageReport& r = m.languages[src.lang];
+    r.docs += stats[i].documents;
+    r.chars += stats[i].chars;
+    r.bytes += stats[i].bytes;
+    r.train_tokens += train.tokens;
+    r.train_docs += train.docs;
+    r.val_tokens += val.tokens;
+    r.val_docs += val.docs;
+    r.weight += train.tokens > 0 ? src.weight : 0.0;
+    r.token_share += s.share;
+    r.natural_share += s.natural_share;
+    m.weights[src.lang] += train.tokens > 0 ? src.weight : 0.0;
+  }
+}
+
+}  // namespace
+
 absl::StatusOr<ShardManifest> prepare(const PrepareOptions& o) {
   if (!(o.val_fraction >= 0 && o.val_fraction < 1)) {
     return absl::InvalidArgumentError(
@@ -122,12 +164,10 @@ absl::StatusOr<ShardManifest> prepare(const PrepareOptions& o) {
     ~RemoveOnExit() { (void)remove_tree(dir.string()); }
   } remove_staging{staging};
 
-  std::vector<std::string> langs;
-  std::map<std::string, double> weights;
+  std::set<std::string> langs;
   uint64_t total_bytes = 0;
   for (const auto& src : corpus.sources) {
-    if (!weights.count(src.lang)) langs.push_back(src.lang);
-    weights[src.lang] += src.weight;
+    langs.insert(src.lang);
     for (const auto& p : resolve_paths(corpus, src)) total_bytes += estimated_uncompressed_bytes(p);
   }
   const int n_threads = o.threads > 0 ? o.threads : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
@@ -142,18 +182,19 @@ absl::StatusOr<ShardManifest> prepare(const PrepareOptions& o) {
   // Relative to the shards folder, so shards and tokenizer moved together (another machine, another
   // folder) still find each other; fit resolves it against the folder (ShardSet::tokenizer_path).
   m.tokenizer_dir = relative_to(o.tokenizer, o.out);
-  m.weights = weights;
 
-  std::vector<Output> outputs;  // index 2*lang + (val ? 1 : 0)
-  for (const auto& lang : langs) {
+  std::vector<Output> outputs;  // index 2*source + (val ? 1 : 0)
+  for (size_t i = 0; i < corpus.sources.size(); ++i) {
     for (const char* split : {"train", "val"}) {
-      outputs.push_back(Output{lang, split, ShardWriter(tok.vocab_size(), tok.hash())});
+      outputs.push_back(
+          Output{corpus.sources[i].lang, split, ShardWriter(tok.vocab_size(), tok.hash()), source_id(corpus, i)});
     }
   }
   auto flush = [&](Output& out) -> absl::Status {
     if (out.writer.n_docs() == 0) return absl::OkStatus();
-    const std::string name = absl::StrFormat("%s.%s.%05d.lmtok", out.lang, out.split, out.next_index++);
-    ShardEntry e{name, out.lang, out.split, out.writer.n_tokens(), out.writer.n_docs()};
+    const std::string name =
+        absl::StrFormat("%s.%s.%s.%05d.lmtok", out.lang, out.source, out.split, out.next_index++);
+    ShardEntry e{name, out.lang, out.split, out.writer.n_tokens(), out.writer.n_docs(), out.source};
     LM_RETURN_IF_ERROR(out.writer.write((staging / name).string()));
     m.shards.push_back(e);
     return absl::OkStatus();
@@ -161,16 +202,16 @@ absl::StatusOr<ShardManifest> prepare(const PrepareOptions& o) {
 
   // Reader thread: documents of every source in manifest order, in batches of ~batch_bytes.
   BatchQueue queue(2);
-  std::vector<ReadStats> stats(langs.size());
+  std::vector<ReadStats> stats(corpus.sources.size());
   absl::Status read_status;
   std::thread reader([&] {
     ReadOptions ro;
     ro.skip_invalid_utf8 = o.skip_invalid_utf8;
     ro.dedup = o.dedup;
-    for (const auto& src : corpus.sources) {
-      const int li = static_cast<int>(std::find(langs.begin(), langs.end(), src.lang) - langs.begin());
+    for (size_t si = 0; si < corpus.sources.size(); ++si) {
+      const CorpusSource& src = corpus.sources[si];
       Batch b;
-      b.lang = li;
+      b.source = static_cast<int>(si);
       bool cancelled = false;
       ReadStats st;
       absl::Status s = for_each_document(corpus, src, ro, [&](const std::string& doc) -> absl::Status {
@@ -182,11 +223,11 @@ absl::StatusOr<ShardManifest> prepare(const PrepareOptions& o) {
             return stop_reading();
           }
           b = Batch();
-          b.lang = li;
+          b.source = static_cast<int>(si);
         }
         return absl::OkStatus();
       }, &st);
-      stats[li].add(st);
+      stats[si].add(st);
       if (!s.ok()) {
         read_status = s;
         break;
@@ -204,7 +245,7 @@ absl::StatusOr<ShardManifest> prepare(const PrepareOptions& o) {
   while (st.ok() && queue.pop(&b)) {
     const auto ids = tok.encode_batch(b.docs, n_threads);
     for (size_t i = 0; i < ids.size() && st.ok(); ++i) {
-      Output& out = outputs[2 * b.lang + (is_validation_doc(b.docs[i], o.val_fraction) ? 1 : 0)];
+      Output& out = outputs[2 * b.source + (is_validation_doc(b.docs[i], o.val_fraction) ? 1 : 0)];
       std::vector<int32_t> doc = ids[i];
       doc.push_back(tok.eos_id());
       st = out.writer.add_document(doc);
@@ -230,28 +271,9 @@ absl::StatusOr<ShardManifest> prepare(const PrepareOptions& o) {
   progress.finish(absl::StrFormat("%.2f MB/s, %s tokens", done_bytes / 1e6 / std::max(seconds, 1e-9),
                                   format_count(static_cast<double>(done_tokens))));
 
-  // Report: counts per language; token_share is what the sampler draws (normalised weights),
-  // natural_share what the language has on disk.
-  uint64_t train_total = 0;
-  double weight_total = 0;
-  for (const auto& out : outputs) train_total += out.split == "train" ? out.tokens : 0;
-  for (const auto& [lang, w] : weights) weight_total += w;
   ReadStats all;
-  for (size_t l = 0; l < langs.size(); ++l) {
-    LanguageReport r;
-    r.docs = stats[l].documents;
-    r.chars = stats[l].chars;
-    r.bytes = stats[l].bytes;
-    r.train_tokens = outputs[2 * l].tokens;
-    r.train_docs = outputs[2 * l].docs;
-    r.val_tokens = outputs[2 * l + 1].tokens;
-    r.val_docs = outputs[2 * l + 1].docs;
-    r.weight = weights[langs[l]];
-    r.token_share = weight_total > 0 ? r.weight / weight_total : 0;
-    r.natural_share = train_total > 0 ? static_cast<double>(r.train_tokens) / train_total : 0;
-    m.languages[langs[l]] = r;
-    all.add(stats[l]);
-  }
+  for (const auto& st_i : stats) all.add(st_i);
+  fill_report(corpus, outputs, stats, m);
   m.prepare = Json{{"corpus", o.corpus},
                    {"val_fraction", o.val_fraction},
                    {"dedup", o.dedup},
@@ -263,11 +285,22 @@ absl::StatusOr<ShardManifest> prepare(const PrepareOptions& o) {
                    {"mb_per_s", done_bytes / 1e6 / std::max(seconds, 1e-9)},
                    {"invalid_skipped", all.invalid_skipped},
                    {"empty_dropped", all.empty_dropped},
-                   {"duplicates_dropped", all.duplicates_dropped}};
+                   {"duplicates_dropped", all.duplicates_dropped},
+                   {"plan_tokens", o.plan_tokens}};
+  if (o.plan_tokens > 0) {
+    const std::vector<Passes> rows = compute_passes(mixture_parts(m), o.plan_tokens);
+    m.prepare["passes"] = passes_to_json(rows, o.plan_tokens);
+    warn_passes(rows, o.plan_tokens, "prepare --plan-tokens");
+  }
   if (all.invalid_skipped > 0)  // on screen, not only in manifest.json: a skip can hide a wrong file
     log_warn("prepare: skipped %ld lines of invalid UTF-8 (--skip-invalid-utf8) against %ld documents read%s",
              all.invalid_skipped, all.documents,
              all.invalid_skipped > all.documents ? ": most of the input is not text - is a file binary or in an unknown format?" : "");
+  for (size_t i = 0; i < m.sources.size(); ++i) {
+    if (m.sources[i].train_tokens > 0) continue;
+    log_warn("prepare: source %s has no training tokens; its weight %g adds nothing to the mixture (the other "
+             "sources share it)", describe_source(corpus, i), m.sources[i].weight);
+  }
   for (const auto& [lang, r] : m.languages) {
     if (r.train_tokens == 0) log_warn("prepare: language '%s' has no training tokens", lang);
     if (o.val_fraction > 0 && r.val_tokens == 0) {
@@ -283,6 +316,15 @@ absl::StatusOr<ShardManifest> prepare(const PrepareOptions& o) {
   return m;
 }
 
+std::vector<MixturePart> mixture_parts(const ShardManifest& m) {
+  std::vector<MixturePart> parts;
+  for (const auto& s : m.sources) parts.push_back({s.lang, s.id, s.share, s.train_tokens});
+  if (parts.empty()) {  // an older manifest: per-language weights
+    for (const auto& [lang, r] : m.languages) parts.push_back({lang, "", r.token_share, r.train_tokens});
+  }
+  return parts;
+}
+
 std::string format_report(const ShardManifest& m) {
   std::string s = absl::StrFormat("%-6s %9s %12s %12s %12s %10s %8s %7s %8s %8s\n", "lang", "docs", "chars",
                                   "train tok", "val tok", "val docs", "tok/char", "weight", "natural",
@@ -293,6 +335,16 @@ std::string format_report(const ShardManifest& m) {
                          r.train_tokens, r.val_tokens, r.val_docs, per_char, r.weight, 100 * r.natural_share,
                          100 * r.token_share);
   }
+  if (!m.sources.empty()) {
+    s += absl::StrFormat("\n%-28s %-6s %9s %12s %12s %7s %8s %8s\n", "source", "lang", "docs", "train tok",
+                         "val tok", "weight", "natural", "share");
+    for (const auto& r : m.sources) {
+      s += absl::StrFormat("%-28s %-6s %9d %12d %12d %7.3g %7.1f%% %7.1f%%\n", r.id, r.lang, r.docs,
+                           r.train_tokens, r.val_tokens, r.weight, 100 * r.natural_share, 100 * r.share);
+    }
+  }
+  const double plan = m.prepare.is_object() ? m.prepare.value("plan_tokens", 0.0) : 0.0;
+  if (plan > 0) s += "\n" + format_passes(compute_passes(mixture_parts(m), plan), plan, "prepare --plan-tokens");
   return s;
 }
 

@@ -6,6 +6,7 @@
 #include <string>
 
 #include "core/status.h"
+#include "data/sampler.h"
 #include "data/shard_set.h"
 
 namespace lm::data {
@@ -20,6 +21,8 @@ struct PrepareOptions {
   uint64_t shard_tokens = 1ull << 26;  // tokens per shard before a new one starts (128 MiB at 16 bit)
   int threads = 0;                     // encoding threads (0 = all cores)
   int64_t batch_bytes = 4 << 20;       // text per encode_batch call
+  double plan_tokens = 0;              // > 0: report the passes over each language and source that
+                                       // training on this many tokens makes (warns above kMaxFreshPasses)
   template <class V>
   void visit(V& v) {
     v("corpus", corpus);
@@ -31,6 +34,7 @@ struct PrepareOptions {
     v("shard_tokens", shard_tokens);
     v("threads", threads);
     v("batch_bytes", batch_bytes);
+    v("plan_tokens", plan_tokens);
   }
 };
 
@@ -41,9 +45,14 @@ bool is_validation_doc(const std::string& doc, double val_fraction);
 // Runs the whole preparation; returns the manifest it wrote to out/manifest.json.
 absl::StatusOr<ShardManifest> prepare(const PrepareOptions& options);
 
-// Per-language table for people: documents, characters, tokens per split, tokens per character,
-// weight, natural and sampled token share.
+// Tables for people: per language (documents, characters, tokens per split, tokens per character,
+// weight, natural and sampled token share), per source (documents, tokens, weight, share of the
+// mixture) and, when prepare recorded a plan (--plan-tokens), the passes over each of them.
 std::string format_report(const ShardManifest& manifest);
+
+// The mixture the sampler draws by default from these shards: per source, its share and
+// training tokens (per language for an older manifest).
+std::vector<MixturePart> mixture_parts(const ShardManifest& manifest);
 
 // Re-opens every shard of `dir` with full verification (and, when `tokenizer_dir` is not empty,
 // checks the shards against that tokenizer); returns a summary or the first error.

@@ -5,6 +5,7 @@
 
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "core/log.h"
 
 namespace lm::data {
 namespace {
@@ -64,6 +65,69 @@ std::vector<uint64_t> doc_aligned_starts(const std::vector<uint64_t>& offs, uint
 
 }  // namespace
 
+absl::StatusOr<std::vector<std::pair<std::string, double>>> BatchSampler::stream_weights(
+    const ShardSet& set, const SamplerConfig& cfg, const std::string& lang) {
+  // A per-language total, shared among the language's sources by their weights; negative: the
+  // per-source weights as prepare recorded them.
+  double lang_total = -1;
+  const auto& recorded = set.weights();
+  if (!cfg.weights.empty()) {
+    lang_total = cfg.weights.count(lang) ? cfg.weights.at(lang) : 0.0;
+  } else if (set.manifest().sources.empty()) {  // older manifest: per-language weights or token counts
+    lang_total = recorded.empty() ? static_cast<double>(set.tokens(lang, "train"))
+                                  : (recorded.count(lang) ? recorded.at(lang) : 0.0);
+  }
+  std::vector<std::pair<std::string, double>> out;
+  double sum = 0;
+  for (const std::string& src : set.sources(lang, "train")) {
+    double w = 1.0;  // shards that name no source: the whole language is one
+    if (!src.empty()) {
+      const SourceReport* r = set.source_report(src);
+      if (!r) {
+        return absl::FailedPreconditionError(absl::StrFormat(
+            "%s/%s: shards of source '%s' but its sources list has no such id (re-run 'lmtrain prepare')",
+            set.dir(), kManifestName, src));
+      }
+      w = r->weight;
+    }
+    out.emplace_back(src, w);
+    sum += w;
+  }
+  if (lang_total >= 0) {
+    for (auto& [src, w] : out) w = sum > 0 ? lang_total * w / sum : 0.0;
+  }
+  return out;
+}
+
+// Adds the stream of (lang, source) to `data`; false when it has not one window of T + 1 tokens.
+absl::StatusOr<bool> BatchSampler::add_stream(const ShardSet& set, const SamplerConfig& cfg, const std::string& lang,
+                                              const std::string& source, double weight, Data* data) {
+  const uint64_t T = static_cast<uint64_t>(cfg.seq_len);
+  LangData ld;
+  ld.name = source.empty() ? lang : lang + "/" + source;
+  ld.lang = lang;
+  ld.source = source;
+  ld.prob = weight;
+  ld.key = hash_string(ld.name);  // "bn" for an older manifest: the same permutation as before
+  ld.shards = set.readers(lang, "train", source);
+  ld.cum.push_back(0);
+  for (const auto& r : ld.shards) {
+    const uint64_t n = r.size();
+    uint64_t count = 0;
+    if (cfg.doc_aligned) {
+      std::vector<uint64_t> starts = doc_aligned_starts(r.doc_offsets(), n, T);
+      count = starts.size();
+      ld.starts.push_back(std::move(starts));
+    } else {
+      count = n >= T + 1 ? (n - 1) / T : 0;
+    }
+    ld.cum.push_back(ld.cum.back() + count);
+  }
+  if (ld.cum.back() == 0) return false;
+  data->langs.push_back(std::move(ld));
+  return true;
+}
+
 absl::StatusOr<BatchSampler> BatchSampler::create(const ShardSet& set, const SamplerConfig& cfg) {
   if (cfg.batch < 1) return absl::InvalidArgumentError(absl::StrFormat("sampler.batch: %d, expected >= 1", cfg.batch));
   if (cfg.seq_len < 1) return absl::InvalidArgumentError(absl::StrFormat("sampler.seq_len: %d, expected >= 1", cfg.seq_len));
@@ -75,9 +139,7 @@ absl::StatusOr<BatchSampler> BatchSampler::create(const ShardSet& set, const Sam
   if (train.empty()) {
     return absl::FailedPreconditionError(absl::StrCat(set.dir(), ": no training shards (re-run 'lmtrain prepare')"));
   }
-  std::map<std::string, double> weights = cfg.weights.empty() ? set.weights() : cfg.weights;
-  const bool by_tokens = weights.empty();
-  for (const auto& [lang, w] : weights) {
+  for (const auto& [lang, w] : cfg.weights) {
     if (!std::count(train.begin(), train.end(), lang) && w > 0) {
       return absl::InvalidArgumentError(absl::StrFormat(
           "weights.%s: language '%s' has no training shards in %s (have: %s)", lang, lang, set.dir(),
@@ -88,39 +150,32 @@ absl::StatusOr<BatchSampler> BatchSampler::create(const ShardSet& set, const Sam
     }
   }
   auto data = std::make_shared<Data>();
-  double total = 0;
-  const uint64_t T = static_cast<uint64_t>(cfg.seq_len);
   for (const auto& lang : train) {
-    const double w = by_tokens ? static_cast<double>(set.tokens(lang, "train"))
-                               : (weights.count(lang) ? weights.at(lang) : 0.0);
-    if (w <= 0) continue;
-    LangData ld;
-    ld.lang = lang;
-    ld.prob = w;
-    ld.key = hash_string(lang);
-    ld.shards = set.readers(lang, "train");
-    ld.cum.push_back(0);
-    for (const auto& r : ld.shards) {
-      const uint64_t n = r.size();
-      uint64_t count = 0;
-      if (cfg.doc_aligned) {
-        std::vector<uint64_t> starts = doc_aligned_starts(r.doc_offsets(), n, T);
-        count = starts.size();
-        ld.starts.push_back(std::move(starts));
+    LM_ASSIGN_OR_RETURN(const auto weights, stream_weights(set, cfg, lang));
+    std::vector<std::string> too_small;
+    int added = 0;
+    for (const auto& [source, w] : weights) {
+      if (!(w > 0)) continue;
+      LM_ASSIGN_OR_RETURN(const bool ok, add_stream(set, cfg, lang, source, w, data.get()));
+      if (ok) {
+        ++added;
       } else {
-        count = n >= T + 1 ? (n - 1) / T : 0;
+        too_small.push_back(source);
       }
-      ld.cum.push_back(ld.cum.back() + count);
     }
-    if (ld.cum.back() == 0) {
+    if (added == 0 && !too_small.empty()) {
       return absl::FailedPreconditionError(absl::StrFormat(
-          "%s: language '%s' has %d training tokens in %d shards, not one window of seq_len+1 = %d "
-          "tokens (lower seq_len, give it weight 0, or add text)",
-          set.dir(), lang, set.tokens(lang, "train"), ld.shards.size(), T + 1));
+          "%s: language '%s' has %d training tokens, not one window of seq_len+1 = %d tokens in any source "
+          "(lower seq_len, give it weight 0, or add text)",
+          set.dir(), lang, set.tokens(lang, "train"), cfg.seq_len + 1));
     }
-    total += w;
-    data->langs.push_back(std::move(ld));
+    for (const auto& src : too_small) {
+      log_warn("sampler: source '%s' of '%s' has no window of seq_len+1 = %d tokens in %s; it adds no weight",
+               src, lang, cfg.seq_len + 1, set.dir());
+    }
   }
+  double total = 0;
+  for (const auto& ld : data->langs) total += ld.prob;
   if (data->langs.empty() || !(total > 0)) {
     return absl::InvalidArgumentError(absl::StrFormat(
         "weights: every training language has weight 0 (have: %s)", absl::StrJoin(train, ", ")));
@@ -192,38 +247,45 @@ void BatchSampler::next(std::vector<int32_t>* out) {
 
 std::vector<std::string> BatchSampler::languages() const {
   std::vector<std::string> out;
-  for (const auto& ld : data_->langs) out.push_back(ld.lang);
+  for (const auto& ld : data_->langs) {
+    if (std::find(out.begin(), out.end(), ld.lang) == out.end()) out.push_back(ld.lang);
+  }
+  std::sort(out.begin(), out.end());
   return out;
 }
 
 double BatchSampler::probability(const std::string& lang) const {
-  for (const auto& ld : data_->langs) {
-    if (ld.lang == lang) return ld.prob;
-  }
-  return 0;
+  double p = 0;
+  for (const auto& ld : data_->langs) p += ld.lang == lang ? ld.prob : 0.0;
+  return p;
 }
 
 uint64_t BatchSampler::windows(const std::string& lang) const {
-  for (const auto& ld : data_->langs) {
-    if (ld.lang == lang) return ld.cum.back();
-  }
-  return 0;
+  uint64_t n = 0;
+  for (const auto& ld : data_->langs) n += ld.lang == lang ? ld.cum.back() : 0;
+  return n;
 }
 
 double BatchSampler::epochs(const std::string& lang) const {
-  for (size_t l = 0; l < data_->langs.size(); ++l) {
-    if (data_->langs[l].lang == lang) return static_cast<double>(consumed_[l]) / data_->langs[l].cum.back();
-  }
-  return 0;
+  uint64_t used = 0;
+  for (size_t l = 0; l < data_->langs.size(); ++l) used += data_->langs[l].lang == lang ? consumed_[l] : 0;
+  const uint64_t n = windows(lang);
+  return n > 0 ? static_cast<double>(used) / static_cast<double>(n) : 0.0;
+}
+
+std::vector<BatchSampler::Stream> BatchSampler::streams() const {
+  std::vector<Stream> out;
+  for (const auto& ld : data_->langs) out.push_back({ld.name, ld.lang, ld.source, ld.prob, ld.cum.back()});
+  return out;
 }
 
 Json BatchSampler::cursor() const {
   Json probs = Json::object(), wins = Json::object(), used = Json::object();
   for (size_t l = 0; l < data_->langs.size(); ++l) {
     const LangData& ld = data_->langs[l];
-    probs[ld.lang] = ld.prob;
-    wins[ld.lang] = ld.cum.back();
-    used[ld.lang] = consumed_[l];
+    probs[ld.name] = ld.prob;
+    wins[ld.name] = ld.cum.back();
+    used[ld.name] = consumed_[l];
   }
   return Json{{"kind", kCursorKind}, {"version", kCursorVersion}, {"seed", cfg_.seed},
               {"batch", cfg_.batch}, {"seq_len", cfg_.seq_len},   {"world", cfg_.world},
@@ -258,8 +320,8 @@ absl::Status BatchSampler::restore(const Json& c) {
     const Json& probs = c.at("probabilities");
     bool probs_ok = probs.is_object() && probs.size() == mine.at("probabilities").size();
     for (const auto& ld : data_->langs) {
-      probs_ok = probs_ok && probs.contains(ld.lang) && probs.at(ld.lang).is_number() &&
-                 std::abs(probs.at(ld.lang).get<double>() - ld.prob) <= 1e-12;
+      probs_ok = probs_ok && probs.contains(ld.name) && probs.at(ld.name).is_number() &&
+                 std::abs(probs.at(ld.name).get<double>() - ld.prob) <= 1e-12;
     }
     if (!probs_ok) {
       return bad(absl::StrFormat("probabilities: saved %s, this run has %s (the mixture weights changed)",
@@ -268,8 +330,8 @@ absl::Status BatchSampler::restore(const Json& c) {
     const Json& used = c.at("consumed");
     std::vector<uint64_t> consumed(data_->langs.size());
     for (size_t l = 0; l < data_->langs.size(); ++l) {
-      const Json& v = used.at(data_->langs[l].lang);
-      if (!v.is_number_unsigned()) return bad("consumed." + data_->langs[l].lang + ": expected a count");
+      const Json& v = used.at(data_->langs[l].name);
+      if (!v.is_number_unsigned()) return bad("consumed." + data_->langs[l].name + ": expected a count");
       consumed[l] = v.get<uint64_t>();
     }
     if (!c.at("step").is_number_integer() || c.at("step").get<int64_t>() < 0) return bad("step: expected a count");
@@ -279,6 +341,81 @@ absl::Status BatchSampler::restore(const Json& c) {
     return bad(absl::StrCat("malformed: ", e.what()));
   }
   return absl::OkStatus();
+}
+
+std::vector<Passes> compute_passes(const std::vector<MixturePart>& parts, double tokens) {
+  auto passes = [](double drawn, uint64_t have) {
+    return have > 0 ? drawn / static_cast<double>(have) : (drawn > 0 ? HUGE_VAL : 0.0);
+  };
+  std::vector<Passes> langs, sources;
+  for (const MixturePart& p : parts) {
+    auto it = std::find_if(langs.begin(), langs.end(), [&](const Passes& r) { return r.lang == p.lang; });
+    if (it == langs.end()) it = langs.insert(langs.end(), Passes{p.lang, "", 0, 0, 0, 0});
+    it->share += p.share;
+    it->tokens += p.tokens;
+    if (!p.source.empty()) {
+      const double drawn = tokens * p.share;
+      sources.push_back({p.lang, p.source, p.share, p.tokens, drawn, passes(drawn, p.tokens)});
+    }
+  }
+  for (Passes& r : langs) {
+    r.drawn = tokens * r.share;
+    r.passes = passes(r.drawn, r.tokens);
+  }
+  langs.insert(langs.end(), sources.begin(), sources.end());
+  return langs;
+}
+
+std::string format_passes(const std::vector<Passes>& rows, double tokens, const std::string& what) {
+  std::string s = absl::StrFormat("passes over the data for %s tokens (%s):\n", format_count(tokens), what);
+  s += absl::StrFormat("  %-32s %7s %12s %12s %8s\n", "lang / source", "share", "tokens", "drawn", "passes");
+  for (const Passes& r : rows) {
+    const std::string name = r.source.empty() ? r.lang : "  " + r.lang + "/" + r.source;
+    s += absl::StrFormat("  %-32s %6.1f%% %12s %12s %7.2fx%s\n", name, 100 * r.share,
+                         format_count(static_cast<double>(r.tokens)), format_count(r.drawn), r.passes,
+                         r.passes > kMaxFreshPasses ? "  > 4: repeats" : "");
+  }
+  return s;
+}
+
+int warn_passes(const std::vector<Passes>& rows, double tokens, const std::string& what) {
+  std::vector<std::string> parts;
+  for (const Passes& r : rows) {
+    if (!(r.passes > kMaxFreshPasses)) continue;
+    // A language's only source repeats its language's line.
+    const bool alone = !r.source.empty() && std::any_of(rows.begin(), rows.end(), [&](const Passes& l) {
+      return l.source.empty() && l.lang == r.lang && l.tokens == r.tokens;
+    });
+    if (alone) continue;
+    parts.push_back(absl::StrFormat("%s '%s' %.1f passes over %s tokens", r.source.empty() ? "language" : "source",
+                                    r.source.empty() ? r.lang : r.lang + "/" + r.source, r.passes,
+                                    format_count(static_cast<double>(r.tokens))));
+  }
+  if (parts.empty()) return 0;
+  log_warn("%s: %s tokens repeat the same text more than %g times: %s (past ~%g passes repeated tokens are worth "
+           "much less than fresh ones, Muennighoff et al. 2023: add text, lower the weight or train on fewer tokens)",
+           what, format_count(tokens), kMaxFreshPasses, absl::StrJoin(parts, "; "), kMaxFreshPasses);
+  return static_cast<int>(parts.size());
+}
+
+std::vector<MixturePart> mixture_parts(const BatchSampler& sampler) {
+  std::vector<MixturePart> parts;
+  const uint64_t T = static_cast<uint64_t>(sampler.config().seq_len);
+  for (const auto& st : sampler.streams()) parts.push_back({st.lang, st.source, st.probability, st.windows * T});
+  return parts;
+}
+
+Json passes_to_json(const std::vector<Passes>& rows, double tokens) {
+  Json out = Json::array();
+  for (const Passes& r : rows) {
+    out.push_back(Json{{"lang", r.lang},
+                       {"source", r.source},
+                       {"share", r.share},
+                       {"tokens", r.tokens},
+                       {"drawn", r.drawn},
+                       {"passes", std::isfinite(r.passes) ? Json(r.passes) : Json(nullptr)}});
+  }
+  return Json{{"tokens", tokens}, {"max_fresh_passes", kMaxFreshPasses}, {"rows", out}};
 }
 
 absl::StatusOr<std::vector<std::vector<int32_t>>> validation_windows(const ShardSet& set,

@@ -1,5 +1,7 @@
 #include "data/shard_set.h"
 
+#include <algorithm>
+#include <cmath>
 #include <filesystem>
 #include <set>
 
@@ -75,6 +77,41 @@ absl::Status report_from_json(const Json& j, const std::string& path, LanguageRe
   return rd.finish();
 }
 
+Json source_to_json(const SourceReport& r) {
+  return Json{{"id", r.id},         {"lang", r.lang},       {"weight", r.weight},
+              {"docs", r.docs},     {"chars", r.chars},     {"train_tokens", r.train_tokens},
+              {"val_tokens", r.val_tokens}, {"share", r.share}, {"natural_share", r.natural_share}};
+}
+
+absl::Status source_from_json(const Json& j, const std::string& path, SourceReport& r) {
+  ObjectReader rd(j, path);
+  rd("id", r.id, true);
+  rd("lang", r.lang, true);
+  rd("weight", r.weight, true);
+  rd("docs", r.docs);
+  rd("chars", r.chars);
+  rd("train_tokens", r.train_tokens);
+  rd("val_tokens", r.val_tokens);
+  rd("share", r.share);
+  rd("natural_share", r.natural_share);
+  LM_RETURN_IF_ERROR(rd.finish());
+  if (!(r.weight >= 0) || !std::isfinite(r.weight))
+    return absl::InvalidArgumentError(absl::StrFormat("%s.weight: %g, expected a finite number >= 0", path, r.weight));
+  return absl::OkStatus();
+}
+
+// The optional "sources" array (manifests before issue #21 have none).
+absl::Status sources_from_json(const Json& j, std::vector<SourceReport>& out) {
+  if (j.is_null()) return absl::OkStatus();
+  if (!j.is_array()) return ObjectReader::wrong(j, "sources", "an array");
+  for (size_t i = 0; i < j.size(); ++i) {
+    SourceReport r;
+    LM_RETURN_IF_ERROR(source_from_json(j[i], absl::StrCat("sources[", i, "]"), r));
+    out.push_back(std::move(r));
+  }
+  return absl::OkStatus();
+}
+
 std::string redo_hint() {
   return "re-run 'lmtrain prepare' with the run's tokenizer, or train with the tokenizer the shards "
          "were made with";
@@ -85,9 +122,12 @@ std::string redo_hint() {
 Json manifest_to_json(const ShardManifest& m) {
   Json shards = Json::array();
   for (const auto& s : m.shards) {
-    shards.push_back(Json{{"path", s.path}, {"lang", s.lang}, {"split", s.split},
-                          {"tokens", s.tokens}, {"docs", s.docs}});
+    Json e{{"path", s.path}, {"lang", s.lang}, {"split", s.split}, {"tokens", s.tokens}, {"docs", s.docs}};
+    if (!s.source.empty()) e["source"] = s.source;
+    shards.push_back(std::move(e));
   }
+  Json sources = Json::array();
+  for (const auto& r : m.sources) sources.push_back(source_to_json(r));
   Json langs = Json::object();
   for (const auto& [lang, r] : m.languages) langs[lang] = report_to_json(r);
   Json weights = Json::object();
@@ -103,6 +143,7 @@ Json manifest_to_json(const ShardManifest& m) {
               {"weights", weights},
               {"shards", shards},
               {"languages", langs},
+              {"sources", sources},
               {"prepare", m.prepare}};
 }
 
@@ -112,13 +153,14 @@ absl::StatusOr<ShardManifest> manifest_from_json(const Json& j, const std::strin
   ObjectReader top(j, "");
   std::string format;
   int version = 0;
-  Json tok, weights, shards, langs;
+  Json tok, weights, shards, langs, sources;
   top("format", format, true);
   top("version", version, true);
   top("tokenizer", tok, true);
   top("weights", weights);
   top("shards", shards, true);
   top("languages", langs);
+  top("sources", sources);
   top("prepare", m.prepare);
   if (auto st = top.finish(); !st.ok()) return fail(st);
   if (format != kManifestFormat) {
@@ -162,6 +204,7 @@ absl::StatusOr<ShardManifest> manifest_from_json(const Json& j, const std::strin
     s("split", e.split, true);
     s("tokens", e.tokens, true);
     s("docs", e.docs, true);
+    s("source", e.source);
     if (auto st = s.finish(); !st.ok()) return fail(st);
     if (e.split != "train" && e.split != "val") {
       return fail(absl::InvalidArgumentError(
@@ -177,6 +220,7 @@ absl::StatusOr<ShardManifest> manifest_from_json(const Json& j, const std::strin
       m.languages[it.key()] = r;
     }
   }
+  LM_RETURN_IF_ERROR(fail(sources_from_json(sources, m.sources)));
   return m;
 }
 
@@ -290,6 +334,32 @@ std::vector<ShardReader> ShardSet::readers(const std::string& lang, const std::s
     }
   }
   return out;
+}
+
+std::vector<std::string> ShardSet::sources(const std::string& lang, const std::string& split) const {
+  std::vector<std::string> out;
+  for (const auto& e : manifest_.shards) {
+    if (e.lang == lang && e.split == split && std::find(out.begin(), out.end(), e.source) == out.end())
+      out.push_back(e.source);
+  }
+  return out;
+}
+
+std::vector<ShardReader> ShardSet::readers(const std::string& lang, const std::string& split,
+                                           const std::string& source) const {
+  std::vector<ShardReader> out;
+  for (size_t i = 0; i < manifest_.shards.size(); ++i) {
+    const ShardEntry& e = manifest_.shards[i];
+    if (e.lang == lang && e.split == split && e.source == source) out.push_back(readers_[i]);
+  }
+  return out;
+}
+
+const SourceReport* ShardSet::source_report(const std::string& id) const {
+  for (const auto& r : manifest_.sources) {
+    if (r.id == id) return &r;
+  }
+  return nullptr;
 }
 
 }  // namespace lm::data

@@ -24,6 +24,8 @@ struct ShardEntry {
   std::string split;  // "train" or "val"
   uint64_t tokens = 0;
   uint64_t docs = 0;
+  std::string source;  // corpus source id (corpus::source_id); empty in older manifests: the
+                       // language's shards are then one source
 };
 
 // Per-language counts that `prepare` reports (train + val unless named).
@@ -40,15 +42,30 @@ struct LanguageReport {
   double natural_share = 0;  // share of training tokens the language has on disk
 };
 
+// Per-source counts and the source's share of the training mixture (docs/data.md, "weight").
+struct SourceReport {
+  std::string id;    // corpus source id; shards carry it in ShardEntry::source
+  std::string lang;
+  double weight = 0;  // from corpus.json
+  uint64_t docs = 0;
+  uint64_t chars = 0;
+  uint64_t train_tokens = 0;
+  uint64_t val_tokens = 0;
+  double share = 0;          // weight / sum of the weights of sources with training tokens (0 if none)
+  double natural_share = 0;  // share of all training tokens on disk
+};
+
 struct ShardManifest {
   std::string tokenizer_hash;
   int32_t vocab_size = 0;
   int32_t eos_id = -1;
   int32_t bos_id = -1;
   std::string tokenizer_dir;               // relative to the shards folder (absolute in older manifests)
-  std::map<std::string, double> weights;   // per language; empty = by token count
+  std::map<std::string, double> weights;   // per language (sum over its sources with training
+                                           // tokens); empty = by token count
   std::vector<ShardEntry> shards;
   std::map<std::string, LanguageReport> languages;
+  std::vector<SourceReport> sources;       // corpus order; empty in older manifests
   Json prepare = Json::object();           // options and throughput of the prepare run
 };
 
@@ -94,6 +111,13 @@ class ShardSet {
 
   // Readers of one language and split, in manifest order.
   std::vector<ShardReader> readers(const std::string& lang, const std::string& split) const;
+  // Sources of a language with shards in `split`, in order of first shard ("" for the shards of
+  // an older manifest, which name none), and the readers of one of them.
+  std::vector<std::string> sources(const std::string& lang, const std::string& split) const;
+  std::vector<ShardReader> readers(const std::string& lang, const std::string& split,
+                                   const std::string& source) const;
+  // The manifest's report of source `id`, or null.
+  const SourceReport* source_report(const std::string& id) const;
   const std::vector<ShardReader>& all_readers() const { return readers_; }
 
  private:

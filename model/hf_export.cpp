@@ -211,9 +211,16 @@ std::string model_card(const std::string& run_dir, const Json& run_cfg, const mo
   s += absl::StrFormat("Tokens seen: %s (%d steps).\n\n", format_count(trainer.value("tokens", 0.0)), trainer.value("step", int64_t{0}));
   if (run_cfg.contains("train")) {
     const Json& t = run_cfg["train"];
+    // The card only describes the run: a run folder from before the config sections (flat keys)
+    // still exports.
+    auto field = [&t](const char* nested, const char* flat) {
+      const Json::json_pointer at(nested);
+      return t.contains(at) ? t[at].dump() : t.value(flat, Json()).dump();
+    };
     s += absl::StrFormat("Optimiser AdamW, peak lr %s, schedule %s, batch %s x %s x accum %s, dtype %s.\n\n",
-                         t.value("lr", Json()).dump(), t.value("schedule", Json()).dump(), t.value("micro_batch", Json()).dump(),
-                         t.value("seq_len", Json()).dump(), t.value("grad_accum", Json()).dump(), t.value("dtype", Json()).dump());
+                         field("/optimizer/lr", "lr"), field("/schedule/kind", "schedule"),
+                         field("/batch/micro_batch", "micro_batch"), field("/batch/seq_len", "seq_len"),
+                         field("/batch/grad_accum", "grad_accum"), field("/hardware/dtype", "dtype"));
   }
   auto metrics = read_metrics(RunFolder(run_dir).metrics());
   if (metrics.ok() && !metrics->empty()) {

@@ -201,7 +201,7 @@ absl::Status samples_section(const RunFolder& run, ReportResult& r, std::string&
   LM_ASSIGN_OR_RETURN(std::vector<Json> rows, read_metrics(run.samples()));
   h += "<h2 id=\"samples\">Text samples during training</h2>\n";
   if (rows.empty()) {
-    h += "<p class=\"meta\">no samples.jsonl (train.sample_tokens 0, no validation, or a run from before samples).</p>\n";
+    h += "<p class=\"meta\">no samples.jsonl (train.eval.sample_tokens 0, no validation, or a run from before samples).</p>\n";
     return absl::OkStatus();
   }
   r.sections.push_back("samples");
@@ -303,6 +303,17 @@ std::vector<std::string> start_times(const RunFolder& run) {
   return out;
 }
 
+// Every scalar of the config as "section.sub.<b>key</b> value", in the file's order of sections.
+void config_keys(const Json& j, const std::string& prefix, std::string& h) {
+  for (const auto& [key, v] : j.items()) {
+    if (v.is_object()) {
+      config_keys(v, prefix + key + ".", h);
+      continue;
+    }
+    h += "<div><span>" + html_escape(prefix) + "</span><b>" + html_escape(key) + "</b> " + cell(v) + "</div>";
+  }
+}
+
 // config.json as it now stands: `lmtrain fit` rewrites it at a resume that changed it (a
 // re-planned budget, new data), so this is the config of the last start, with the run's history.
 std::string config_section(const RunFolder& run, const Json& cfg) {
@@ -322,13 +333,7 @@ std::string config_section(const RunFolder& run, const Json& cfg) {
     for (size_t i = 0; i < starts.size(); ++i) meta += (i ? ", " : "") + starts[i];
   }
   h += "<p class=\"meta\">" + html_escape(meta) + "</p>\n<div class=\"config\">";
-  for (const auto& [section, v] : cfg.items()) {
-    if (!v.is_object()) {
-      h += "<div><b>" + html_escape(section) + "</b> " + cell(v) + "</div>";
-      continue;
-    }
-    for (const auto& [key, x] : v.items()) h += "<div><span>" + html_escape(section) + ".</span><b>" + html_escape(key) + "</b> " + cell(x) + "</div>";
-  }
+  config_keys(cfg, "", h);
   return h + "</div>\n<details><summary>config.json</summary><pre>" + html_escape(cfg.dump(2)) + "</pre></details>\n";
 }
 

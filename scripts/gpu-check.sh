@@ -154,7 +154,7 @@ if [ "$NGPU" -ge 2 ]; then
   "$LM" tokenizer --corpus data/sample/corpus.json --vocab-size 512 --out "$WORK/tok" -q >/dev/null 2>&1 &&
   "$LM" prepare --corpus data/sample/corpus.json --tokenizer "$WORK/tok" --out "$WORK/shards" -q >/dev/null 2>&1
   # The same global batch of 8 rows: one rank of 8, or two of 4 (the sampler splits the rows by rank).
-  echo '{"train": {"log_interval": 1, "eval_interval": 0}}' > "$WORK/dp.json"
+  echo '{"train": {"logging": {"interval": 1}, "eval": {"interval": 0}}}' > "$WORK/dp.json"
   fit() { "$@" --data "$WORK/shards" --preset tiny --config "$WORK/dp.json" --steps 8 --seq-len 64 --device $DEVICE --dtype fp32 -q; }
   TORCHRUN=$(dirname "$PY")/torchrun
   if fit timeout 120 "$LM" fit --out "$WORK/dp1" --micro-batch 8 >/dev/null 2>"$WORK/dp1.err" \

@@ -49,14 +49,15 @@ fi
 # The pinned Python environment. The stamp holds the requirements it was made from; a changed
 # pin (or a broken environment) reinstalls. `pip install -r` skips what is already satisfied, so a
 # line added to one file downloads only the new packages, never torch again.
-#   requirements.txt          torch, numpy, sentencepiece: LibTorch for the build, the tests' oracle
+#   requirements.txt          torch, numpy, sentencepiece: LibTorch for the build, the tests' oracle;
+#                             pyarrow: Arrow C++ for Parquet corpora (CMake LM_WITH_PARQUET finds it here)
 #   requirements-clients.txt  transformers, lm-eval: the real clients of the export (ctest -L clients)
 # The Dockerfiles copy only requirements.txt: the product images carry no test-only clients.
 REQUIREMENTS=(requirements.txt)
-check='import torch'
+check='import torch, pyarrow'
 if [ -f "$here/requirements-clients.txt" ]; then
   REQUIREMENTS+=(requirements-clients.txt)
-  check='import torch, transformers, lm_eval'
+  check='import torch, pyarrow, transformers, lm_eval'
 fi
 req_args=()
 for r in "${REQUIREMENTS[@]}"; do req_args+=(-r "$here/$r"); done

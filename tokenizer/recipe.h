@@ -19,9 +19,10 @@ struct TrainOptions {
                                         // them (its default, 4192, silently drops long Bengali lines)
   int64_t max_piece_length = 16;      // code points per piece
   int64_t sample_chars = 30000000;    // training sample size in code points, shared out by the manifest weights
-  bool keep_ratio = true;             // when a source has less text than its share, shrink the others so the
-                                      // per-language character ratio still equals the weights
-  int64_t heldout_every = 50;         // every N-th document of each language is held out for the report (0 = none)
+  bool keep_ratio = false;            // a source with less text than its share gives all it has: false = the
+                                      // others fill the rest by weight; true = every source is cut by the same
+                                      // factor (exact mix, smaller sample); both warn naming the source
+  int64_t heldout_every = 50;         // every N-th document of each source is held out for the report (0 = none)
   bool dedup = true;                  // drop exact duplicate documents before sampling
   bool skip_invalid_utf8 = false;     // false: invalid UTF-8 is an error naming file:line; true: skip and count
   int64_t seed_sentencepiece_size = 1000000;  // unigram: initial seed pieces

@@ -8,6 +8,7 @@
 #include <thread>
 
 #include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "core/config.h"
 #include "core/file.h"
@@ -45,9 +46,13 @@ absl::Status make_dir(const std::string& dir) {
   return absl::OkStatus();
 }
 
+// The documents of one source read so far (held-out ones excluded).
 struct SourceDocs {
   std::vector<std::string> docs;
   int64_t chars = 0;
+  int64_t seen = 0;        // documents the reader delivered, held-out ones included
+  bool exhausted = false;  // the reader reached the end of the source
+  data::ReadStats stats;   // of the latest read, which covers the earlier ones
 };
 
 // ---- Portable identity: spm.model without the facts of where and how fast it was trained ----
@@ -201,42 +206,125 @@ int64_t take_lines(const std::vector<std::string>& docs, double budget, int32_t 
 
 }  // namespace
 
+namespace {
+
+// Reads sources[i] on until `target` code points are taken (or the source ends). A later call
+// re-opens the source and skips the documents it already delivered: the reader is deterministic,
+// so the same documents come in the same order and dedup sees them again.
+absl::Status read_until(const data::CorpusManifest& m, size_t i, const TrainOptions& o, double target,
+                        SourceDocs& sd, std::vector<std::string>& held) {
+  if (sd.exhausted || sd.chars >= target) return absl::OkStatus();
+  data::ReadOptions ro;
+  ro.dedup = o.dedup;
+  ro.skip_invalid_utf8 = o.skip_invalid_utf8;
+  int64_t k = 0;
+  bool stopped = false;
+  data::ReadStats st;
+  LM_RETURN_IF_ERROR(data::for_each_document(m, m.sources[i], ro, [&](const std::string& doc) {
+    if (k++ < sd.seen) return absl::OkStatus();
+    const int64_t index = sd.seen++;
+    if (o.heldout_every > 0 && index % o.heldout_every == o.heldout_every - 1) {
+      held.push_back(doc);
+      return absl::OkStatus();
+    }
+    sd.chars += data::count_code_points(doc);
+    sd.docs.push_back(doc);
+    if (sd.chars < target) return absl::OkStatus();
+    stopped = true;
+    return data::stop_reading();
+  }, &st));
+  sd.exhausted = !stopped;
+  sd.stats = st;  // this read covers the earlier ones
+  return absl::OkStatus();
+}
+
+// Water-filling: targets t_i = min(a_i, lambda * w_i) with sum t_i = total, where a_i is known
+// only for exhausted sources (the others may still give more), so a short source gives all it
+// has and the others share its shortfall in proportion to their weights.
+std::vector<double> fill_targets(const std::vector<double>& w, const std::vector<SourceDocs>& sd, double total) {
+  const size_t n = w.size();
+  std::vector<bool> capped(n, false);
+  double lambda = 0;
+  for (bool changed = true; changed;) {
+    double rest = total, wsum = 0;
+    for (size_t i = 0; i < n; ++i) capped[i] ? rest -= static_cast<double>(sd[i].chars) : wsum += w[i];
+    if (wsum <= 0) break;
+    lambda = std::max(rest, 0.0) / wsum;
+    changed = false;
+    for (size_t i = 0; i < n; ++i) {
+      if (!capped[i] && sd[i].exhausted && static_cast<double>(sd[i].chars) < lambda * w[i]) capped[i] = changed = true;
+    }
+  }
+  std::vector<double> t(n);
+  for (size_t i = 0; i < n; ++i) t[i] = capped[i] ? static_cast<double>(sd[i].chars) : lambda * w[i];
+  return t;
+}
+
+// Reads every source to its share of the sample and returns the per-source character budgets.
+absl::StatusOr<std::vector<double>> read_sources(const data::CorpusManifest& m, const TrainOptions& o,
+                                                 std::vector<SourceDocs>& sd, TrainingSample& out) {
+  const size_t n = m.sources.size();
+  std::vector<double> w(n), quota(n);
+  double total_w = 0;
+  for (const auto& s : m.sources) total_w += s.weight;
+  for (size_t i = 0; i < n; ++i) {
+    w[i] = m.sources[i].weight;
+    quota[i] = static_cast<double>(o.sample_chars) * w[i] / total_w;
+    LM_RETURN_IF_ERROR(read_until(m, i, o, quota[i], sd[i], out.heldout[m.sources[i].lang]));
+  }
+  if (o.keep_ratio) {  // the exact mix: every source cut by the worst shortfall
+    double f = 1.0;
+    for (size_t i = 0; i < n; ++i) f = std::min(f, static_cast<double>(sd[i].chars) / quota[i]);
+    for (auto& q : quota) q *= f;
+    return quota;
+  }
+  while (true) {  // each round either meets every target or finds another source exhausted
+    std::vector<double> t = fill_targets(w, sd, static_cast<double>(o.sample_chars));
+    bool more = false;
+    for (size_t i = 0; i < n; ++i) {
+      if (sd[i].exhausted || static_cast<double>(sd[i].chars) >= t[i]) continue;
+      more = true;
+      LM_RETURN_IF_ERROR(read_until(m, i, o, t[i], sd[i], out.heldout[m.sources[i].lang]));
+    }
+    if (!more) return t;
+  }
+}
+
+// A short source is never silent: it is named with its size, its asked share and what it gave.
+void warn_shortfalls(const TrainingSample& out, const TrainOptions& o, int64_t total_chars) {
+  const double sample = static_cast<double>(o.sample_chars);
+  for (const SourceSample& s : out.sources) {
+    if (!s.exhausted || s.read_chars >= s.asked_chars) continue;
+    log_warn("tokenizer sample: source %s has %s characters, less than its share %.1f%% of the %s-character "
+             "sample (%s); it gave %s (%.2f%% of the sample)%s",
+             s.description, format_count(static_cast<double>(s.read_chars)), 100 * s.weight_share,
+             format_count(sample), format_count(static_cast<double>(s.asked_chars)),
+             format_count(static_cast<double>(s.chars)), total_chars > 0 ? 100.0 * s.chars / total_chars : 0.0,
+             o.keep_ratio ? "; keep_ratio cuts every other source by the same factor"
+                          : "; the other sources filled the rest in proportion to their weights");
+  }
+  if (static_cast<double>(total_chars) < 0.99 * sample) {
+    log_warn("tokenizer sample: %s characters instead of the %s asked (sample_chars): %s", format_count(total_chars),
+             format_count(sample),
+             o.keep_ratio ? "keep_ratio cut every source to keep the weights' exact mix (--keep-ratio false "
+                            "fills from the other sources instead)"
+                          : "the corpus holds no more text (add text or lower --sample-chars)");
+  }
+}
+
+}  // namespace
+
 absl::StatusOr<TrainingSample> build_sample(const data::CorpusManifest& m, const TrainOptions& o) {
   if (o.sample_chars <= 0) return absl::InvalidArgumentError("sample_chars: must be positive");
   if (o.max_sentence_length < 256) return absl::InvalidArgumentError("max_sentence_length: must be at least 256 bytes");
   double total_w = 0;
   for (const auto& s : m.sources) total_w += s.weight;
   TrainingSample out;
-  data::ReadOptions ro;
-  ro.dedup = o.dedup;
-  ro.skip_invalid_utf8 = o.skip_invalid_utf8;
   std::vector<SourceDocs> per_source(m.sources.size());
-  std::vector<double> quota(m.sources.size());
-  std::map<std::string, int64_t> doc_index;  // per language, for the held-out rule
-  data::ReadStats stats;
-  for (size_t i = 0; i < m.sources.size(); ++i) {
-    const auto& src = m.sources[i];
-    quota[i] = static_cast<double>(o.sample_chars) * src.weight / total_w;
-    SourceDocs& sd = per_source[i];
-    auto& held = out.heldout[src.lang];
-    LM_RETURN_IF_ERROR(data::for_each_document(m, src, ro, [&](const std::string& doc) {
-      const int64_t k = doc_index[src.lang]++;
-      if (o.heldout_every > 0 && k % o.heldout_every == o.heldout_every - 1) {
-        held.push_back(doc);
-        return absl::OkStatus();
-      }
-      sd.chars += data::count_code_points(doc);
-      sd.docs.push_back(doc);
-      return sd.chars >= quota[i] ? data::stop_reading() : absl::OkStatus();
-    }, &stats));
-  }
-  // keep_ratio: scale every source by the worst shortfall so the mix equals the weights.
-  double f = 1.0;
-  if (o.keep_ratio)
-    for (size_t i = 0; i < m.sources.size(); ++i)
-      f = std::min(f, static_cast<double>(per_source[i].chars) / quota[i]);
+  LM_ASSIGN_OR_RETURN(const std::vector<double> budget, read_sources(m, o, per_source, out));
   std::map<std::string, LangSample> langs;
   std::map<std::string, int32_t> lang_idx;
+  data::ReadStats stats;
   int64_t total_chars = 0;
   for (size_t i = 0; i < m.sources.size(); ++i) {
     const auto& src = m.sources[i];
@@ -248,10 +336,16 @@ absl::StatusOr<TrainingSample> build_sample(const data::CorpusManifest& m, const
     ls.lang = src.lang;
     ls.weight_share += src.weight / total_w;
     ls.available_chars += per_source[i].chars;
-    const double budget = o.keep_ratio ? f * quota[i] : quota[i];
-    const int64_t used = take_lines(per_source[i].docs, budget, lang_idx[src.lang],
+    const int64_t used = take_lines(per_source[i].docs, budget[i], lang_idx[src.lang],
                                     static_cast<size_t>(o.max_sentence_length), ls, out);
     total_chars += used;
+    stats.add(per_source[i].stats);
+    SourceSample ss{data::source_id(m, i), src.lang, data::describe_source(m, i), src.weight / total_w};
+    ss.asked_chars = static_cast<int64_t>(std::llround(static_cast<double>(o.sample_chars) * ss.weight_share));
+    ss.read_chars = per_source[i].chars;
+    ss.chars = used;
+    ss.exhausted = per_source[i].exhausted;
+    out.sources.push_back(ss);
   }
   for (const auto& l : out.langs) {
     LangSample ls = langs[l];
@@ -263,6 +357,7 @@ absl::StatusOr<TrainingSample> build_sample(const data::CorpusManifest& m, const
   out.summary.empty_dropped = stats.empty_dropped;
   out.summary.duplicates_dropped = stats.duplicates_dropped;
   if (out.sentences.empty()) return absl::InvalidArgumentError("the corpus has no text to train on");
+  warn_shortfalls(out, o, total_chars);
   return out;
 }
 
@@ -298,6 +393,25 @@ std::unordered_map<std::string, std::string> spm_kwargs(const TrainOptions& o, c
   return kw;
 }
 
+namespace {
+
+// "the sample has 110k characters in 2.3k sentences: 'news' 60k (bn), 'small' 50k (bn, all it has)".
+std::string describe_sample(const TrainingSample& sample) {
+  int64_t chars = 0;
+  for (const auto& l : sample.summary.languages) chars += l.chars;
+  std::string s = absl::StrFormat("the sample has %s characters in %s sentences",
+                                  format_count(static_cast<double>(chars)),
+                                  format_count(static_cast<double>(sample.sentences.size())));
+  for (size_t i = 0; i < sample.sources.size(); ++i) {
+    const SourceSample& src = sample.sources[i];
+    absl::StrAppend(&s, i ? ", " : ": ", "'", src.id, "' ", format_count(static_cast<double>(src.chars)), " (",
+                    src.lang, src.exhausted && src.read_chars < src.asked_chars ? ", all it has" : "", ")");
+  }
+  return s;
+}
+
+}  // namespace
+
 absl::StatusOr<Tokenizer> train_tokenizer(const TrainingSample& sample, const TrainOptions& o,
                                           const std::string& out_dir, SampleSummary* summary) {
   if (o.model_type != "unigram" && o.model_type != "bpe")
@@ -328,9 +442,10 @@ absl::StatusOr<Tokenizer> train_tokenizer(const TrainingSample& sample, const Tr
   const auto t0 = std::chrono::steady_clock::now();
   std::string model, error;
   if (!bridge::train(kwargs, sample.sentences, &model, &error)) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "SentencePiece training failed: ", error,
-        " (a vocabulary too large for the sample fails here: lower --vocab-size or add text)"));
+    return absl::InvalidArgumentError(absl::StrCat("SentencePiece training failed: ", error, " (",
+                                                   describe_sample(sample), "; a vocabulary too large for the sample "
+                                                   "fails here: lower --vocab-size (now ", o.vocab_size,
+                                                   ") or add text to the short sources)"));
   }
   summary->seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   model = portable_model_bytes(model);  // the hash names the content, not the folder or --threads

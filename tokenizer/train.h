@@ -14,15 +14,33 @@
 
 namespace lm::tokenizer {
 
+// What one corpus source gave the sample. Its asked share is weight / sum of weights; a source
+// with less text gives all it has and the others fill the rest in proportion to their weights
+// (keep_ratio instead cuts every source by the same factor).
+struct SourceSample {
+  std::string id;           // data::source_id
+  std::string lang;
+  std::string description;  // data::describe_source, for messages
+  double weight_share = 0;  // asked share of the sample
+  int64_t asked_chars = 0;  // weight_share * sample_chars
+  int64_t read_chars = 0;   // characters read (all the source has when `exhausted`)
+  int64_t chars = 0;        // characters taken into the sample
+  bool exhausted = false;   // the whole source was read
+};
+
 struct TrainingSample {
   std::vector<std::string> sentences;   // what SentencePiece trains on (lines, long ones split)
   std::vector<int32_t> sentence_lang;   // index into `langs` for each sentence
   std::vector<std::string> langs;       // in manifest order of first appearance
   std::map<std::string, std::vector<std::string>> heldout;  // lang -> held-out documents
+  std::vector<SourceSample> sources;    // manifest order; empty for samples built in code
   SampleSummary summary;
 };
 
-// Reads the manifest's sources into a training sample (see TrainOptions for the rules).
+// Reads the manifest's sources into a training sample: source i gets sample_chars * w_i / sum(w)
+// characters; a source that has less gives all it has, is named in a warning with its numbers,
+// and the other sources fill the rest in proportion to their weights (with keep_ratio every
+// source is cut by the worst shortfall instead, and the warning gives the smaller sample size).
 absl::StatusOr<TrainingSample> build_sample(const data::CorpusManifest& manifest, const TrainOptions& options);
 
 // Splits `line` into pieces of at most `max_bytes` bytes, preferring sentence ends (। ? ! . then

@@ -1,13 +1,19 @@
 #include "train/config.h"
 
+#include <algorithm>
 #include <cmath>
+#include <map>
+#include <set>
 
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/str_replace.h"
 
 namespace lm::train {
 
 int64_t tokens_per_step(const TrainConfig& c, int world_size) {
-  return c.micro_batch * c.seq_len * c.grad_accum * world_size;
+  return c.batch.micro_batch * c.batch.seq_len * c.batch.grad_accum * world_size;
 }
 
 TrainConfig preset_train_config(const std::string& preset) {
@@ -15,66 +21,143 @@ TrainConfig preset_train_config(const std::string& preset) {
   TrainConfig c;
   c.tokens = static_cast<int64_t>(p.tokens);
   c.steps = p.steps;
-  c.micro_batch = p.micro_batch;
-  c.seq_len = p.seq_len;
-  c.batch_tokens = p.batch_tokens;
-  c.lr = p.lr;
-  c.warmup_steps = p.warmup_steps;
-  c.min_lr_ratio = p.min_lr_ratio;
-  c.weight_decay = p.weight_decay;
-  c.eval_interval = p.eval_interval;
-  c.checkpoint_interval = p.checkpoint_interval;
-  c.checkpoint_minutes = p.checkpoint_minutes;
+  c.batch.micro_batch = p.micro_batch;
+  c.batch.seq_len = p.seq_len;
+  c.batch.batch_tokens = p.batch_tokens;
+  c.optimizer.lr = p.lr;
+  c.optimizer.weight_decay = p.weight_decay;
+  c.schedule.warmup_steps = p.warmup_steps;
+  c.schedule.min_lr_ratio = p.min_lr_ratio;
+  c.eval.interval = p.eval_interval;
+  c.checkpoint.interval = p.checkpoint_interval;
+  c.checkpoint.minutes = p.checkpoint_minutes;
   return c;
 }
 
-void TrainOverrides::apply(TrainConfig& c) const {
-  if (tokens) c.tokens = static_cast<int64_t>(*tokens);
-  if (steps) { c.steps = *steps; c.tokens = 0; }
-  if (lr) c.lr = *lr;
-  if (micro_batch) c.micro_batch = *micro_batch;
-  if (seq_len) c.seq_len = *seq_len;
-  if (grad_accum) { c.grad_accum = *grad_accum; c.batch_tokens = 0; }
-  if (batch_tokens) c.batch_tokens = *batch_tokens;
-  if (stop_at_step) c.stop_at_step = *stop_at_step;
-  if (checkpoint_interval) c.checkpoint_interval = *checkpoint_interval;
-  if (checkpoint_minutes) c.checkpoint_minutes = *checkpoint_minutes;
-  if (dtype) c.dtype = *dtype;
-  if (device) c.device = *device;
-  if (tf32) c.tf32 = *tf32;
+const std::vector<std::pair<std::string, std::string>>& flat_key_moves() {
+  static const std::vector<std::pair<std::string, std::string>> kMoves = {
+      {"micro_batch", "batch.micro_batch"}, {"seq_len", "batch.seq_len"}, {"grad_accum", "batch.grad_accum"},
+      {"batch_tokens", "batch.batch_tokens"}, {"lr", "optimizer.lr"}, {"beta1", "optimizer.beta1"},
+      {"beta2", "optimizer.beta2"}, {"eps", "optimizer.eps"}, {"weight_decay", "optimizer.weight_decay"},
+      {"decay_embeddings", "optimizer.decay_embeddings"}, {"grad_clip", "optimizer.grad_clip"},
+      {"schedule", "schedule.kind"}, {"warmup_steps", "schedule.warmup_steps"},
+      {"min_lr_ratio", "schedule.min_lr_ratio"}, {"decay_fraction", "schedule.decay_fraction"},
+      {"checkpoint_interval", "checkpoint.interval"}, {"checkpoint_minutes", "checkpoint.minutes"},
+      {"keep_last", "checkpoint.keep_last"}, {"eval_interval", "eval.interval"}, {"eval_windows", "eval.windows"},
+      {"log_interval", "logging.interval"}, {"sentinel_fraction", "logging.sentinel_fraction"},
+      {"peak_flops", "logging.peak_flops"}, {"device", "hardware.device"}, {"dtype", "hardware.dtype"},
+      {"tf32", "hardware.tf32"}, {"threads", "hardware.threads"}, {"sdpa_backend", "hardware.sdpa_backend"},
+      {"ddp_overlap", "distributed.overlap"}, {"ddp_bucket_mb", "distributed.bucket_mb"},
+      {"verify_at_start", "debug.verify_at_start"}, {"inject_nan_step", "debug.inject_nan_step"},
+      {"inject_nan_steps", "debug.inject_nan_steps"}, {"inject_nan_in", "debug.inject_nan_in"}};
+  return kMoves;
+}
+
+absl::Status TrainConfig::check_json(const Json& j, const std::string& path) {
+  // "schedule" was a string before it was a section: only a string there is the old layout.
+  Json moved = Json::object();
+  std::vector<std::string> lines;
+  std::set<std::string> old_keys;
+  for (const auto& [old_key, now] : flat_key_moves()) {
+    if (!j.contains(old_key) || (old_key == "schedule" && !j[old_key].is_string())) continue;
+    old_keys.insert(old_key);
+    lines.push_back(absl::StrCat(old_key, " -> ", path.empty() ? "" : path + ".", now));
+    moved[Json::json_pointer("/" + absl::StrReplaceAll(now, {{".", "/"}}))] = j[old_key];
+  }
+  if (lines.empty()) return absl::OkStatus();
+  for (auto it = j.begin(); it != j.end(); ++it)
+    if (!old_keys.count(it.key()) && !moved.contains(it.key())) moved[it.key()] = *it;
+  return absl::InvalidArgumentError(absl::StrCat(
+      path.empty() ? "train" : path, ": a flat training config (lmforge before the config sections); each key moved "
+      "into a section: ", absl::StrJoin(lines, ", "), ". Rewrite it (for a run folder: its config.json) with this \"",
+      path.empty() ? "train" : path, "\" object, then run again: ", moved.dump()));
+}
+
+const std::vector<FlagAlias>& flag_aliases() {
+  static const std::vector<FlagAlias> kAliases = {
+      {"--tokens", "tokens", "token budget (e.g. 2e9); wins over steps (default: the preset's)"},
+      {"--steps", "steps", "optimizer steps (clears the preset's token budget unless --tokens is given too)"},
+      {"--lr", "optimizer.lr", "peak learning rate"},
+      {"--micro-batch", "batch.micro_batch", "sequences per micro-batch per rank"},
+      {"--seq-len", "batch.seq_len", "sequence length"},
+      {"--grad-accum", "batch.grad_accum", "micro-batches per optimizer step (clears batch_tokens)"},
+      {"--batch-tokens", "batch.batch_tokens", "global batch in tokens (derives --grad-accum)"},
+      {"--stop-at-step", "stop_at_step", "checkpoint and stop at this step (schedule unchanged)"},
+      {"--checkpoint-interval", "checkpoint.interval", "checkpoint every N steps (0 = off)"},
+      {"--checkpoint-minutes", "checkpoint.minutes", "checkpoint every M wall-clock minutes (0 = off)"},
+      {"--dtype", "hardware.dtype", "auto (bf16 on cuda, fp32 on cpu), fp32 or bf16"},
+      {"--device", "hardware.device", "auto (cuda when a GPU is visible), cpu or cuda"},
+      {"--tf32", "hardware.tf32", "on|off: TF32 tensor cores for fp32 matmuls on cuda (default on)"},
+      {"--ddp-bucket-mb", "distributed.bucket_mb", "gradient all-reduce bucket cap in MiB (default 25)"}};
+  return kAliases;
+}
+
+absl::Status TrainOverrides::add_set(const std::string& arg) {
+  const size_t eq = arg.find('=');
+  if (eq == std::string::npos || eq == 0)
+    return absl::InvalidArgumentError(absl::StrCat("--set ", arg, ": expected KEY=VALUE with a dotted key of the "
+                                                   "\"train\" config, e.g. --set optimizer.lr=3e-4"));
+  items.push_back({arg.substr(0, eq), arg.substr(eq + 1), "--set"});
+  return absl::OkStatus();
+}
+
+absl::Status TrainOverrides::apply(TrainConfig& c) const {
+  std::map<std::string, std::string> by_key;
+  std::vector<std::string> keys;
+  for (const auto& o : items) {
+    const std::string what = o.flag == "--set" ? "--set " + o.key : o.flag;
+    auto [it, fresh] = by_key.emplace(o.key, what);
+    if (!fresh)
+      return absl::InvalidArgumentError(
+          absl::StrCat(what, ": train.", o.key, " is already set by ", it->second, "; give it once"));
+    LM_RETURN_IF_ERROR(annotate(set_dotted(c, o.key, o.value, "train"), what));
+    keys.push_back(o.key);
+  }
+  clear_shadowed(keys, c);
+  return absl::OkStatus();
+}
+
+std::string TrainOverrides::source_of(const std::string& field) const {
+  for (const auto& o : items)
+    if ("train." + o.key == field) return o.flag == "--set" ? "--set " + o.key : o.flag;
+  return "";
+}
+
+void clear_shadowed(const std::vector<std::string>& keys, TrainConfig& c) {
+  auto has = [&](const char* k) { return std::find(keys.begin(), keys.end(), k) != keys.end(); };
+  if (has("steps") && !has("tokens")) c.tokens = 0;
+  if (has("batch.grad_accum") && !has("batch.batch_tokens")) c.batch.batch_tokens = 0;
 }
 
 void clear_shadowed(const Json& t, TrainConfig& c) {
-  if (!t.is_object()) return;
-  if (t.contains("steps") && !t.contains("tokens")) c.tokens = 0;
-  if (t.contains("grad_accum") && !t.contains("batch_tokens")) c.batch_tokens = 0;
+  if (t.is_object()) clear_shadowed(dotted_keys(t), c);
 }
 
 std::string resolve_hardware(TrainConfig& c, bool cuda_available) {
   std::string dev_why = "asked", dtype_why = "asked";
-  if (c.device == "auto") {
-    c.device = cuda_available ? "cuda" : "cpu";
+  if (c.hardware.device == "auto") {
+    c.hardware.device = cuda_available ? "cuda" : "cpu";
     dev_why = cuda_available ? "auto: a CUDA device is visible" : "auto: no CUDA device visible";
   }
-  if (c.dtype == "auto") {
-    c.dtype = c.device == "cuda" ? "bf16" : "fp32";
-    dtype_why = c.device == "cuda" ? "auto: bf16 autocast on cuda" : "auto: fp32 on cpu, --dtype bf16 to change";
+  if (c.hardware.dtype == "auto") {
+    c.hardware.dtype = c.hardware.device == "cuda" ? "bf16" : "fp32";
+    dtype_why = c.hardware.device == "cuda" ? "auto: bf16 autocast on cuda" : "auto: fp32 on cpu, --dtype bf16 to change";
   }
-  const std::string tf32 = c.device != "cuda" ? "n/a on cpu"
-                           : c.tf32           ? "on for fp32 matmuls (train.tf32; --tf32 off for exact fp32)"
-                                              : "off (train.tf32 false)";
-  return absl::StrFormat("device %s (%s), dtype %s (%s), TF32 %s", c.device, dev_why, c.dtype, dtype_why, tf32);
+  const std::string tf32 = c.hardware.device != "cuda" ? "n/a on cpu"
+                           : c.hardware.tf32           ? "on for fp32 matmuls (train.hardware.tf32; --tf32 off for exact fp32)"
+                                              : "off (train.hardware.tf32 false)";
+  return absl::StrFormat("device %s (%s), dtype %s (%s), TF32 %s", c.hardware.device, dev_why, c.hardware.dtype, dtype_why, tf32);
 }
 
 absl::Status resolve(TrainConfig& c, const model::ModelConfig& m, int world_size) {
   auto bad = [](const std::string& field, const std::string& why) {
     return absl::InvalidArgumentError("train." + field + ": " + why);
   };
-  if (c.micro_batch <= 0) return bad("micro_batch", absl::StrCat("must be positive, got ", c.micro_batch));
-  if (c.seq_len <= 0) return bad("seq_len", absl::StrCat("must be positive, got ", c.seq_len));
-  if (c.seq_len > m.max_seq_len)
-    return bad("seq_len", absl::StrCat(c.seq_len, " exceeds the model's max_seq_len ", m.max_seq_len));
-  if (c.batch_tokens < 0) return bad("batch_tokens", absl::StrCat("must be >= 0, got ", c.batch_tokens));
+  if (c.batch.micro_batch <= 0) return bad("batch.micro_batch", absl::StrCat("must be positive, got ", c.batch.micro_batch));
+  if (c.batch.seq_len <= 0) return bad("batch.seq_len", absl::StrCat("must be positive, got ", c.batch.seq_len));
+  if (c.batch.seq_len > m.max_seq_len)
+    return bad("batch.seq_len", absl::StrCat(c.batch.seq_len, " exceeds the model's max_seq_len ", m.max_seq_len));
+  if (c.batch.batch_tokens < 0) return bad("batch.batch_tokens", absl::StrCat("must be >= 0, got ", c.batch.batch_tokens));
   // Products of config values are checked: a huge micro_batch or grad_accum must be an error,
   // not a signed overflow (undefined behaviour; found by fuzz_config).
   auto product = [](std::initializer_list<int64_t> xs, int64_t* out) {
@@ -85,65 +168,65 @@ absl::Status resolve(TrainConfig& c, const model::ModelConfig& m, int world_size
     return true;
   };
   int64_t per_micro = 0;
-  if (!product({c.micro_batch, c.seq_len, static_cast<int64_t>(world_size)}, &per_micro))
-    return bad("micro_batch", absl::StrCat(c.micro_batch, " x seq_len ", c.seq_len, " x world ", world_size,
+  if (!product({c.batch.micro_batch, c.batch.seq_len, static_cast<int64_t>(world_size)}, &per_micro))
+    return bad("batch.micro_batch", absl::StrCat(c.batch.micro_batch, " x seq_len ", c.batch.seq_len, " x world ", world_size,
                                            " tokens overflow a 64-bit count"));
-  if (c.batch_tokens > 0) {
-    if (c.batch_tokens % per_micro != 0)
-      return bad("batch_tokens", absl::StrCat(c.batch_tokens, " is not a multiple of micro_batch*seq_len*world (",
+  if (c.batch.batch_tokens > 0) {
+    if (c.batch.batch_tokens % per_micro != 0)
+      return bad("batch.batch_tokens", absl::StrCat(c.batch.batch_tokens, " is not a multiple of micro_batch*seq_len*world (",
                                               per_micro, "); pick a multiple or change micro_batch"));
-    c.grad_accum = c.batch_tokens / per_micro;
+    c.batch.grad_accum = c.batch.batch_tokens / per_micro;
   }
-  if (c.grad_accum <= 0) return bad("grad_accum", absl::StrCat("must be positive, got ", c.grad_accum));
+  if (c.batch.grad_accum <= 0) return bad("batch.grad_accum", absl::StrCat("must be positive, got ", c.batch.grad_accum));
   int64_t per_step = 0;
-  if (!product({per_micro, c.grad_accum}, &per_step))
-    return bad("grad_accum", absl::StrCat(c.grad_accum, " micro-batches of ", per_micro,
+  if (!product({per_micro, c.batch.grad_accum}, &per_step))
+    return bad("batch.grad_accum", absl::StrCat(c.batch.grad_accum, " micro-batches of ", per_micro,
                                           " tokens overflow a 64-bit count"));
   if (c.tokens < 0) return bad("tokens", "must be >= 0");
   if (c.tokens > 0) c.steps = c.tokens / per_step + (c.tokens % per_step != 0);  // ceil, without overflow
   if (c.steps <= 0) return bad("steps", absl::StrCat("must be positive, got ", c.steps));
-  if (!(c.lr > 0)) return bad("lr", "must be positive");
-  if (c.beta1 < 0 || c.beta1 >= 1 || c.beta2 < 0 || c.beta2 >= 1) return bad("beta1/beta2", "must be in [0, 1)");
-  if (c.weight_decay < 0) return bad("weight_decay", "must be >= 0");
-  if (c.schedule != "cosine" && c.schedule != "wsd" && c.schedule != "constant")
-    return bad("schedule", "expected cosine, wsd or constant, got '" + c.schedule + "'");
-  if (c.warmup_steps < 0) return bad("warmup_steps", "must be >= 0");
-  if (c.min_lr_ratio < 0 || c.min_lr_ratio > 1) return bad("min_lr_ratio", "must be in [0, 1]");
-  if (c.decay_fraction < 0 || c.decay_fraction > 1) return bad("decay_fraction", "must be in [0, 1]");
-  if (c.grad_clip < 0) return bad("grad_clip", "must be >= 0");
-  if (c.log_interval <= 0) return bad("log_interval", "must be positive");
-  if (c.checkpoint_interval < 0) return bad("checkpoint_interval", "must be >= 0");
-  if (c.sample_tokens < 0) return bad("sample_tokens", "must be >= 0 (0 = no text samples at validation)");
-  if (!(c.checkpoint_minutes >= 0))
-    return bad("checkpoint_minutes", absl::StrFormat("must be >= 0 (0 = off), got %g", c.checkpoint_minutes));
-  if (c.keep_last < 1) return bad("keep_last", "must be >= 1");
+  if (!(c.optimizer.lr > 0)) return bad("optimizer.lr", "must be positive");
+  if (c.optimizer.beta1 < 0 || c.optimizer.beta1 >= 1 || c.optimizer.beta2 < 0 || c.optimizer.beta2 >= 1) return bad("optimizer.beta1/beta2", "must be in [0, 1)");
+  if (c.optimizer.weight_decay < 0) return bad("optimizer.weight_decay", "must be >= 0");
+  if (c.schedule.kind != "cosine" && c.schedule.kind != "wsd" && c.schedule.kind != "constant")
+    return bad("schedule.kind", "expected cosine, wsd or constant, got '" + c.schedule.kind + "'");
+  if (c.schedule.warmup_steps < 0) return bad("schedule.warmup_steps", "must be >= 0");
+  if (c.schedule.min_lr_ratio < 0 || c.schedule.min_lr_ratio > 1) return bad("schedule.min_lr_ratio", "must be in [0, 1]");
+  if (c.schedule.decay_fraction < 0 || c.schedule.decay_fraction > 1) return bad("schedule.decay_fraction", "must be in [0, 1]");
+  if (c.optimizer.grad_clip < 0) return bad("optimizer.grad_clip", "must be >= 0");
+  if (c.logging.interval <= 0) return bad("logging.interval", "must be positive");
+  if (c.checkpoint.interval < 0) return bad("checkpoint.interval", "must be >= 0");
+  if (c.eval.sample_tokens < 0) return bad("eval.sample_tokens", "must be >= 0 (0 = no text samples at validation)");
+  if (!(c.checkpoint.minutes >= 0))
+    return bad("checkpoint.minutes", absl::StrFormat("must be >= 0 (0 = off), got %g", c.checkpoint.minutes));
+  if (c.checkpoint.keep_last < 1) return bad("checkpoint.keep_last", "must be >= 1");
   if (c.nan_skip_limit < 0) return bad("nan_skip_limit", absl::StrCat("must be >= 0, got ", c.nan_skip_limit));
-  if (c.inject_nan_steps < 1) return bad("inject_nan_steps", "must be >= 1");
-  if (c.inject_nan_in != "grad" && c.inject_nan_in != "loss")
-    return bad("inject_nan_in", "expected grad or loss, got '" + c.inject_nan_in + "'");
-  if (c.device != "auto" && c.device != "cpu" && c.device != "cuda") return bad("device", "expected auto, cpu or cuda, got '" + c.device + "'");
-  if (!(c.ddp_bucket_mb > 0)) return bad("ddp_bucket_mb", "must be positive (MiB per all-reduce bucket)");
-  if (c.dtype != "auto" && c.dtype != "fp32" && c.dtype != "bf16") return bad("dtype", "expected auto, fp32 or bf16, got '" + c.dtype + "'");
+  if (c.debug.inject_nan_steps < 1) return bad("debug.inject_nan_steps", "must be >= 1");
+  if (c.debug.inject_nan_in != "grad" && c.debug.inject_nan_in != "loss")
+    return bad("debug.inject_nan_in", "expected grad or loss, got '" + c.debug.inject_nan_in + "'");
+  if (c.hardware.device != "auto" && c.hardware.device != "cpu" && c.hardware.device != "cuda") return bad("hardware.device", "expected auto, cpu or cuda, got '" + c.hardware.device + "'");
+  if (!(c.distributed.bucket_mb > 0)) return bad("distributed.bucket_mb", "must be positive (MiB per all-reduce bucket)");
+  if (c.hardware.dtype != "auto" && c.hardware.dtype != "fp32" && c.hardware.dtype != "bf16") return bad("hardware.dtype", "expected auto, fp32 or bf16, got '" + c.hardware.dtype + "'");
   return absl::OkStatus();
 }
 
 double lr_at(const TrainConfig& c, int64_t step) {
-  const double min_lr = c.lr * c.min_lr_ratio;
-  if (c.warmup_steps > 0 && step < c.warmup_steps)
-    return c.lr * static_cast<double>(step + 1) / static_cast<double>(c.warmup_steps);
-  if (c.schedule == "constant") return c.lr;
+  const double min_lr = c.optimizer.lr * c.schedule.min_lr_ratio;
+  if (c.schedule.warmup_steps > 0 && step < c.schedule.warmup_steps)
+    return c.optimizer.lr * static_cast<double>(step + 1) / static_cast<double>(c.schedule.warmup_steps);
+  if (c.schedule.kind == "constant") return c.optimizer.lr;
   const int64_t total = c.steps;
-  if (c.schedule == "wsd") {
-    const int64_t decay_steps = static_cast<int64_t>(std::llround(c.decay_fraction * total));
+  if (c.schedule.kind == "wsd") {
+    const int64_t decay_steps = static_cast<int64_t>(std::llround(c.schedule.decay_fraction * total));
     const int64_t decay_start = total - decay_steps;
-    if (step < decay_start || decay_steps == 0) return c.lr;
+    if (step < decay_start || decay_steps == 0) return c.optimizer.lr;
     const double frac = static_cast<double>(step - decay_start + 1) / static_cast<double>(decay_steps);
-    return c.lr + (min_lr - c.lr) * std::min(1.0, frac);
+    return c.optimizer.lr + (min_lr - c.optimizer.lr) * std::min(1.0, frac);
   }
   // cosine from the end of warmup to the last step
-  const int64_t span = std::max<int64_t>(1, total - c.warmup_steps - 1);
-  const double frac = std::min(1.0, static_cast<double>(step - c.warmup_steps) / static_cast<double>(span));
-  return min_lr + 0.5 * (c.lr - min_lr) * (1.0 + std::cos(M_PI * frac));
+  const int64_t span = std::max<int64_t>(1, total - c.schedule.warmup_steps - 1);
+  const double frac = std::min(1.0, static_cast<double>(step - c.schedule.warmup_steps) / static_cast<double>(span));
+  return min_lr + 0.5 * (c.optimizer.lr - min_lr) * (1.0 + std::cos(M_PI * frac));
 }
 
 }  // namespace lm::train

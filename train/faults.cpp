@@ -5,9 +5,9 @@
 namespace lm::train {
 
 FaultInjector::FaultInjector(const TrainConfig& tc)
-    : first_(tc.inject_nan_step),
-      count_(tc.inject_nan_steps),
-      site_(tc.inject_nan_in == "loss" ? Site::kLoss : Site::kGradient) {}
+    : first_(tc.debug.inject_nan_step),
+      count_(tc.debug.inject_nan_steps),
+      site_(tc.debug.inject_nan_in == "loss" ? Site::kLoss : Site::kGradient) {}
 
 torch::Tensor FaultInjector::poison_loss(const torch::Tensor& loss) {
   return loss * std::numeric_limits<double>::quiet_NaN();

@@ -10,11 +10,11 @@
 namespace lm::train {
 
 AdamW::AdamW(const std::vector<std::pair<std::string, torch::Tensor>>& params, const TrainConfig& cfg)
-    : beta1_(cfg.beta1), beta2_(cfg.beta2), eps_(cfg.eps), weight_decay_(cfg.weight_decay) {
+    : beta1_(cfg.optimizer.beta1), beta2_(cfg.optimizer.beta2), eps_(cfg.optimizer.eps), weight_decay_(cfg.optimizer.weight_decay) {
   for (const auto& [name, p] : params) {
     if (!p.requires_grad()) continue;
     const bool is_embedding = name.find("embed_tokens") != std::string::npos;
-    const bool decay = p.dim() >= 2 && (!is_embedding || cfg.decay_embeddings);
+    const bool decay = p.dim() >= 2 && (!is_embedding || cfg.optimizer.decay_embeddings);
     (decay ? decayed_ : not_decayed_).push_back(name);
     slots_.push_back({name, p, torch::zeros_like(p, torch::MemoryFormat::Preserve),
                       torch::zeros_like(p, torch::MemoryFormat::Preserve), decay});

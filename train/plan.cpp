@@ -1,13 +1,15 @@
 #include "train/plan.h"
 
+#include <cctype>
 #include <cmath>
 
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
 #include "train/device.h"
 
 namespace lm::train {
 
-double activation_bytes(const model::ModelConfig& c, int64_t batch, int64_t seq_len, bool checkpointing) {
+double activation_bytes(const model::ModelConfig& c, int64_t batch, int64_t seq_len) {
   // Bytes saved for backward per token, under bf16 autocast (2-byte activations; the residual
   // stream and the RMSNorm inputs stay fp32). d = d_model, f = d_ff, kv = n_kv_heads·head_dim,
   // a = n_heads, T = seq_len, V = vocab. Counted tensor by tensor from model/transformer.cpp:
@@ -26,15 +28,46 @@ double activation_bytes(const model::ModelConfig& c, int64_t batch, int64_t seq_
   const double per_layer = 6 * d + 2 * (d + 2 * kv) + 4 * (d + kv) + 4 * d + scores + 6 * d + 8 * f;
   const double head = 6 * d + 16 * V + 4 * d;  // + the embedding output (fp32)
   const double L = static_cast<double>(c.n_layers);
-  // Checkpointing each block keeps only its fp32 input; one block's activations live again
-  // while it is recomputed in backward.
-  const double layers = checkpointing ? L * 4 * d + per_layer : L * per_layer;
-  return static_cast<double>(batch) * T * (layers + head);
+  return static_cast<double>(batch) * T * (L * per_layer + head);
 }
 
 double implied_mfu(double tokens, double flops_per_token, double hours, int n_gpus, double peak_flops) {
   const double denom = hours * 3600.0 * n_gpus * peak_flops;
   return denom > 0 ? tokens * flops_per_token / denom : 0;
+}
+
+namespace {
+
+// A table key as a plan name: "h100 pcie" -> "h100-pcie".
+std::string plan_name(const GpuSpec& g) {
+  std::string s = g.key;
+  for (auto& ch : s) ch = ch == ' ' ? '-' : ch;
+  return s;
+}
+
+std::string lower(std::string s) {
+  for (auto& ch : s) ch = static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
+  return s;
+}
+
+}  // namespace
+
+// Exact names only: the run-time lookup (find_gpu) matches substrings of nvidia-smi's name,
+// under which "h100-pcie" would find the SXM row ("h100") and plan with its 989 TFLOP/s.
+const GpuSpec* gpu_by_name(const std::string& name) {
+  std::string want = lower(name);
+  for (auto& ch : want) ch = ch == '_' || ch == ' ' ? '-' : ch;
+  if (want == "h100-sxm") want = "h100";
+  for (const auto& g : gpu_table()) {
+    if (want == plan_name(g) || lower(name) == lower(g.name)) return &g;
+  }
+  return nullptr;
+}
+
+std::vector<std::string> gpu_names() {
+  std::vector<std::string> out;
+  for (const auto& g : gpu_table()) out.push_back(plan_name(g));
+  return out;
 }
 
 namespace {
@@ -92,12 +125,11 @@ absl::StatusOr<Plan> make_plan(const PlanRequest& req) {
     return absl::InvalidArgumentError(absl::StrFormat("--mfu: a fraction in (0, 1], got %g (0.4 means 40%%)", req.mfu));
   if (req.n_gpus <= 0) return absl::InvalidArgumentError(absl::StrFormat("--gpus: must be positive, got %d", req.n_gpus));
   Plan p;
-  const GpuSpec* g = find_gpu(req.gpu);
+  const GpuSpec* g = gpu_by_name(req.gpu);
   if (g == nullptr && (req.peak_flops <= 0 || req.memory_bytes <= 0)) {
-    std::string known;
-    for (const auto& row : gpu_table()) known += (known.empty() ? "" : ", ") + std::string(row.key);
     return absl::InvalidArgumentError(absl::StrFormat(
-        "--gpu: unknown GPU '%s' (known: %s; or give --peak-tflops and --memory-gb)", req.gpu, known));
+        "--gpu: unknown GPU '%s' (known: %s; h100 is the SXM module; or give --peak-tflops and --memory-gb)", req.gpu,
+        absl::StrJoin(gpu_names(), ", ")));
   }
   p.gpu_name = g ? g->name : req.gpu;
   p.peak_flops = req.peak_flops > 0 ? req.peak_flops : g->bf16_flops;
@@ -115,32 +147,42 @@ absl::StatusOr<Plan> make_plan(const PlanRequest& req) {
   fixed.weights = 4 * n;    // fp32 master weights
   fixed.grads = 4 * n;      // fp32 gradients
   fixed.optimizer = 8 * n;  // AdamW exp_avg + exp_avg_sq, fp32
-  // 10% head-room for the allocator's fragmentation, workspaces and the CUDA context.
-  const double budget = 0.9 * p.memory_per_gpu - fixed.weights - fixed.grads - fixed.optimizer;
-  auto largest = [&](bool ckpt) {
-    int64_t b = 0;
-    for (int64_t t = 1; t <= 4096; t *= 2) {
-      if (activation_bytes(req.model, t, p.seq_len, ckpt) <= budget) b = t;
-    }
-    return b;
-  };
-  p.max_micro_batch = largest(false);
-  p.max_micro_batch_ckpt = largest(true);
+  const double budget = kUsableMemory * p.memory_per_gpu - fixed.weights - fixed.grads - fixed.optimizer;
+  for (int64_t t = 1; t <= 4096; t *= 2) {
+    if (activation_bytes(req.model, t, p.seq_len) <= budget) p.max_micro_batch = t;
+  }
   if (req.micro_batch > 0) {
     p.micro_batch = req.micro_batch;
-  } else if (activation_bytes(req.model, defaults.micro_batch, p.seq_len, false) <= budget) {
+  } else if (activation_bytes(req.model, defaults.micro_batch, p.seq_len) <= budget) {
     p.micro_batch = defaults.micro_batch;
   } else {
     p.micro_batch = std::max<int64_t>(1, p.max_micro_batch);
   }
   set_batch_and_fit_args(req, defaults, p);
   p.memory = fixed;
-  p.memory.activations = activation_bytes(req.model, p.micro_batch, p.seq_len, false);
-  p.memory.activations_ckpt = activation_bytes(req.model, p.micro_batch, p.seq_len, true);
+  p.memory.activations = activation_bytes(req.model, p.micro_batch, p.seq_len);
+  p.fits = p.memory.total() <= kUsableMemory * p.memory_per_gpu;
   p.seconds = p.total_flops / (req.n_gpus * p.peak_flops * req.mfu);
   p.cost = req.price_per_hour * req.n_gpus * p.seconds / 3600.0;
   return p;
 }
+
+namespace {
+
+// Whether the micro-batch fits, and what does when it does not. lmforge has no activation
+// checkpointing or sharding to fall back on: the way out is a smaller micro-batch, a shorter
+// sequence, a smaller model or a larger GPU.
+std::string fit_line(const Plan& p) {
+  if (p.max_micro_batch == 0)
+    return "  DOES NOT FIT even at micro-batch 1 (lmforge has no activation checkpointing or sharding): use a "
+           "shorter --seq, a smaller model or a GPU with more memory\n";
+  if (!p.fits)
+    return absl::StrFormat("  micro-batch %d DOES NOT FIT; the largest power of two that fits is %d (--micro-batch %d)\n",
+                           p.micro_batch, p.max_micro_batch, p.max_micro_batch);
+  return absl::StrFormat("  fits (the largest power-of-two micro-batch that fits: %d)\n", p.max_micro_batch);
+}
+
+}  // namespace
 
 std::string format_plan(const Plan& p, const PlanRequest& req) {
   auto gb = [](double b) { return absl::StrFormat("%.2f GB", b / 1e9); };
@@ -156,12 +198,10 @@ std::string format_plan(const Plan& p, const PlanRequest& req) {
                        p.micro_batch, p.seq_len, req.model.attention);
   s += absl::StrFormat("  weights %s + grads %s + AdamW %s = %s\n", gb(p.memory.weights), gb(p.memory.grads),
                        gb(p.memory.optimizer), gb(p.memory.weights + p.memory.grads + p.memory.optimizer));
-  s += absl::StrFormat("  activations %s -> total %s; with activation checkpointing %s -> total %s\n",
-                       gb(p.memory.activations), gb(p.memory.total()), gb(p.memory.activations_ckpt),
-                       gb(p.memory.total_ckpt()));
-  s += absl::StrFormat("  largest micro-batch that fits in 90%% of memory: %d (%d with checkpointing)%s\n",
-                       p.max_micro_batch, p.max_micro_batch_ckpt,
-                       p.max_micro_batch == 0 ? " -- does not fit without sharding or checkpointing" : "");
+  s += absl::StrFormat("  activations %s -> total %s of %s usable (%.0f%% of %s)\n", gb(p.memory.activations),
+                       gb(p.memory.total()), gb(kUsableMemory * p.memory_per_gpu), 100 * kUsableMemory,
+                       gb(p.memory_per_gpu));
+  s += fit_line(p);
   s += absl::StrFormat("batch: %d x %d x accum %d x %d GPU(s) = %d tokens per step\n", p.micro_batch, p.seq_len,
                        p.grad_accum, req.n_gpus, p.step_tokens);
   s += absl::StrFormat("time at MFU %.1f%%: %.1f h (%.2f days)", 100 * req.mfu, p.seconds / 3600,

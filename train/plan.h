@@ -11,6 +11,8 @@
 
 namespace lm::train {
 
+struct GpuSpec;  // train/device.h
+
 struct PlanRequest {
   model::ModelConfig model;
   double tokens = 2e9;       // cmd_plan: the preset's budget (model::preset_training) unless --tokens
@@ -25,14 +27,17 @@ struct PlanRequest {
 };
 
 // Bytes per GPU, mixed precision as lmtrain fit trains: fp32 master weights, fp32 grads,
-// AdamW's two fp32 moments, bf16 activations.
+// AdamW's two fp32 moments, bf16 activations. lmforge has no activation checkpointing and no
+// sharding: every layer's activations of a micro-batch are held at once.
 struct MemoryEstimate {
   double weights = 0, grads = 0, optimizer = 0;
-  double activations = 0;       // for one micro-batch, every layer's saved tensors
-  double activations_ckpt = 0;  // with activation checkpointing per block
+  double activations = 0;  // for one micro-batch, every layer's saved tensors
   double total() const { return weights + grads + optimizer + activations; }
-  double total_ckpt() const { return weights + grads + optimizer + activations_ckpt; }
 };
+
+// The fraction of a GPU's memory a plan may fill; the rest is head-room for the allocator's
+// fragmentation, workspaces and the CUDA context.
+inline constexpr double kUsableMemory = 0.9;
 
 struct Plan {
   std::string gpu_name;
@@ -40,8 +45,10 @@ struct Plan {
   int64_t params = 0, matmul_params = 0, seq_len = 0;
   double flops_per_token = 0;  // 6N + 12·L·T·d
   double total_flops = 0;
-  int64_t micro_batch = 0, max_micro_batch = 0, max_micro_batch_ckpt = 0;
-  MemoryEstimate memory;  // at micro_batch
+  int64_t micro_batch = 0;
+  int64_t max_micro_batch = 0;  // the largest power of two that fits kUsableMemory; 0: not even 1
+  MemoryEstimate memory;        // at micro_batch
+  bool fits = true;             // memory.total() within kUsableMemory of memory_per_gpu
   double seconds = 0, cost = 0;
   // The global batch fit will use: the preset's batch_tokens over micro_batch·seq·GPUs, rounded
   // to a whole grad_accum (>= 1) when it does not divide.
@@ -57,7 +64,14 @@ std::string fit_command(const Plan& plan, const PlanRequest& req);
 std::string docker_command(const Plan& plan, const PlanRequest& req);
 
 // Activation bytes for one micro-batch of `batch` × `seq_len` (formula in docs/performance.md).
-double activation_bytes(const model::ModelConfig& cfg, int64_t batch, int64_t seq_len, bool checkpointing);
+double activation_bytes(const model::ModelConfig& cfg, int64_t batch, int64_t seq_len);
+
+// The GPU a --gpu name means: a row of train/device.cpp's table (the one the trainer's MFU reads
+// at run time) by its plan name (gpu_names(): h100-pcie, ...; any case, '_' or ' ' for '-',
+// h100-sxm for h100) or its full name ("NVIDIA H100 PCIe"); nullptr for anything else.
+const GpuSpec* gpu_by_name(const std::string& name);
+// The plan names of the table's rows, in table order: "h200", "h100-pcie", ...
+std::vector<std::string> gpu_names();
 
 // Errors: unknown GPU (names the known ones), non-positive tokens/mfu (InvalidArgument).
 absl::StatusOr<Plan> make_plan(const PlanRequest& req);

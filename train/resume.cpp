@@ -12,12 +12,13 @@ ResumeRule resume_rule(const std::string& field) {
   if (field == "train.steps" || field == "train.tokens") return ResumeRule::kReplan;
   // How this process runs the steps, not which steps: the weights after step N do not depend on
   // them (device changes only rounding: moving a laptop run to a rented GPU is the point).
+  // Whole sections: logging, eval, debug (verification, fault injection) and distributed (how the
+  // gradients travel) never change which weights step N gives.
+  for (const char* section : {"train.logging.", "train.eval.", "train.debug.", "train.distributed."})
+    if (field.rfind(section, 0) == 0) return ResumeRule::kInvocation;
   static const std::set<std::string> kInvocation = {
-      "train.stop_at_step", "train.threads", "train.device", "train.peak_flops", "train.sentinel_fraction",
-      "train.verify_at_start", "train.log_interval", "train.eval_interval", "train.eval_windows",
-      "train.sample_tokens", "train.sample_prompts",
-      "train.checkpoint_interval", "train.keep_last", "train.nan_skip_limit", "train.inject_nan_step",
-      "train.inject_nan_steps", "train.inject_nan_in", "train.ddp_overlap", "train.ddp_bucket_mb"};
+      "train.stop_at_step", "train.nan_skip_limit", "train.hardware.threads", "train.hardware.device",
+      "train.checkpoint.interval", "train.checkpoint.keep_last"};
   return kInvocation.count(field) ? ResumeRule::kInvocation : ResumeRule::kFixed;
 }
 
@@ -48,7 +49,7 @@ namespace {
 std::string replan_note(const TrainConfig& run, const TrainConfig& now, int64_t done) {
   std::string s = absl::StrFormat(
       "schedule re-planned: %d -> %d steps (%s); from step %d on, lr follows the %s schedule over %d steps",
-      run.steps, now.steps, now.steps > run.steps ? "extended" : "shortened", done + 1, now.schedule, now.steps);
+      run.steps, now.steps, now.steps > run.steps ? "extended" : "shortened", done + 1, now.schedule.kind, now.steps);
   if (done < now.steps)
     s += absl::StrFormat(": lr at step %d is %.4g (the old plan had %.4g)", done + 1, lr_at(now, done),
                          done < run.steps ? lr_at(run, done) : lr_at(run, run.steps - 1));

@@ -37,7 +37,7 @@ struct SamplePrompt {
 // continuation (not the prompt) is most of a sample.
 inline constexpr int64_t kValidationPromptTokens = 8;
 
-// `prompts` (train.sample_prompts) encoded with bos; when empty, each language's first validation
+// `prompts` (train.eval.sample_prompts) encoded with bos; when empty, each language's first validation
 // window from its first bos on (else from its start), kValidationPromptTokens tokens long.
 std::vector<SamplePrompt> make_sample_prompts(const std::vector<std::string>& prompts,
                                               const std::map<std::string, std::vector<std::vector<int32_t>>>& val,

@@ -8,6 +8,7 @@
 
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "absl/strings/str_replace.h"
 #include "absl/strings/str_split.h"
 #include "core/file.h"
 #include "core/log.h"
@@ -49,11 +50,16 @@ absl::Status check_resume_compatible(const Json& saved, const FitRequest& req, c
         ckpt, ": checkpoint was trained with another model config (", saved["config"]["model"].dump(),
         ") than requested (", now["model"].dump(), "); resume with the same preset or start a new run"));
   }
-  for (const char* key : {"micro_batch", "seq_len", "grad_accum", "seed"}) {
-    if (saved["config"]["train"][key] != now["train"][key]) {
+  for (const char* key : {"/batch/micro_batch", "/batch/seq_len", "/batch/grad_accum", "/seed"}) {
+    const Json::json_pointer at(key);
+    // A checkpoint written before the config sections holds these under their last name
+    // ("micro_batch"): its run's config.json, once rewritten as the refusal says, still resumes.
+    const Json& saved_train = saved["config"]["train"];
+    const Json was = saved_train.contains(at) ? saved_train[at] : saved_train.value(at.back(), Json());
+    if (was != now["train"][at]) {
       return absl::FailedPreconditionError(absl::StrCat(
-          ckpt, ": train.", key, " was ", saved["config"]["train"][key].dump(), " but is now ",
-          now["train"][key].dump(), "; a resume with another batch layout would not see the same data"));
+          ckpt, ": train", absl::StrReplaceAll(key, {{"/", "."}}), " was ", was.dump(), " but is now ",
+          now["train"][at].dump(), "; a resume with another batch layout would not see the same data"));
     }
   }
   if (saved["tokenizer_hash"] != req.tokenizer_hash) {
@@ -147,9 +153,9 @@ Trainer::Trainer(const FitRequest& req, BatchSource& source, const ValSets& val)
       val_(val),
       main_rank_(req.rank == 0),
       metrics_path_(RunFolder(req.run_dir).metrics()),
-      device_(req.train.device == "cuda" ? torch::Device(torch::kCUDA, static_cast<c10::DeviceIndex>(req.local_rank))
+      device_(req.train.hardware.device == "cuda" ? torch::Device(torch::kCUDA, static_cast<c10::DeviceIndex>(req.local_rank))
                                          : torch::Device(torch::kCPU)),
-      bf16_(req.train.dtype == "bf16"),
+      bf16_(req.train.hardware.dtype == "bf16"),
       faults_(req.train) {}
 
 absl::StatusOr<std::unique_ptr<Trainer>> Trainer::create(const FitRequest& req_in, BatchSource& source,
@@ -171,14 +177,14 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::create(const FitRequest& req_i
 
 absl::Status Trainer::build_model() {
   if (device_.is_cuda() && !torch::cuda::is_available())
-    return absl::FailedPreconditionError("train.device is cuda but no CUDA device is visible");
-  if (tc_.threads > 0) setup_threads(tc_.threads);
-  if (device_.is_cuda()) set_tf32(tc_.tf32);
-  if (!model::is_sdpa_backend(tc_.sdpa_backend))
-    return absl::InvalidArgumentError(absl::StrCat("train.sdpa_backend: unknown backend '", tc_.sdpa_backend,
+    return absl::FailedPreconditionError("train.hardware.device is cuda but no CUDA device is visible");
+  if (tc_.hardware.threads > 0) setup_threads(tc_.hardware.threads);
+  if (device_.is_cuda()) set_tf32(tc_.hardware.tf32);
+  if (!model::is_sdpa_backend(tc_.hardware.sdpa_backend))
+    return absl::InvalidArgumentError(absl::StrCat("train.hardware.sdpa_backend: unknown backend '", tc_.hardware.sdpa_backend,
                                                    "' (use auto, flash, cudnn, efficient or math)"));
   // On CUDA only: the CPU's SDPA kernel choice is left alone (its flash kernel is the fast one).
-  if (device_.is_cuda()) model::set_sdpa_backend(tc_.sdpa_backend);
+  if (device_.is_cuda()) model::set_sdpa_backend(tc_.hardware.sdpa_backend);
   torch::manual_seed(tc_.seed);
   model_ = model::Transformer(req_.model);
   model_->init_weights(tc_.seed);
@@ -245,10 +251,10 @@ absl::Status Trainer::write_run_config() const {
 // (each start, resumes too: the machine may be another), then refuse to train a model that
 // cannot learn.
 absl::Status Trainer::startup_checks() {
-  if (!tc_.verify_at_start) return absl::OkStatus();
+  if (!tc_.debug.verify_at_start) return absl::OkStatus();
   verify_fast_paths();
   if (step_ != 0) return absl::OkStatus();
-  auto grad = model::check_gradient_flow(model_, 1, std::min<int64_t>(tc_.seq_len, 64), tc_.seed + 1);
+  auto grad = model::check_gradient_flow(model_, 1, std::min<int64_t>(tc_.batch.seq_len, 64), tc_.seed + 1);
   if (!grad.ok()) return absl::InternalError("start-up verification failed, not training:\n" + grad.summary());
   log_info("%s", grad.summary());
   return absl::OkStatus();
@@ -270,19 +276,19 @@ void Trainer::start_grad_sync() {
   Comm* comm = req_.comm;
   if (comm == nullptr) return;
   grad_sync_ = std::make_unique<GradSync>(
-      plist_, comm->world(), [comm](torch::Tensor t) { return comm->start_sum(std::move(t)); }, tc_.ddp_overlap,
-      static_cast<int64_t>(tc_.ddp_bucket_mb * (1 << 20)));
+      plist_, comm->world(), [comm](torch::Tensor t) { return comm->start_sum(std::move(t)); }, tc_.distributed.overlap,
+      static_cast<int64_t>(tc_.distributed.bucket_mb * (1 << 20)));
   if (main_rank_)
     log_info("data parallel: %d ranks, %s, gradient all-reduce %s backward%s", comm->world(), comm->backend(),
-             tc_.ddp_overlap ? "overlapped with" : "after",
-             tc_.ddp_overlap ? absl::StrFormat(" (%d buckets of <= %.0f MiB)", grad_sync_->stats().buckets, tc_.ddp_bucket_mb)
+             tc_.distributed.overlap ? "overlapped with" : "after",
+             tc_.distributed.overlap ? absl::StrFormat(" (%d buckets of <= %.0f MiB)", grad_sync_->stats().buckets, tc_.distributed.bucket_mb)
                              : std::string());
 }
 
 // The device peak (for MFU) and the banner: versions, model, batch, budget.
 void Trainer::announce() {
-  peak_ = device_peak(device_, bf16_ ? torch::kBFloat16 : torch::kFloat32, tc_.peak_flops);
-  flops_per_token_ = model::train_flops_per_token(req_.model, tc_.seq_len);
+  peak_ = device_peak(device_, bf16_ ? torch::kBFloat16 : torch::kFloat32, tc_.logging.peak_flops);
+  flops_per_token_ = model::train_flops_per_token(req_.model, tc_.batch.seq_len);
   step_tokens_ = tokens_per_step(tc_, req_.world_size);
   sum_.start_step = step_;
   sum_.peak_source = peak_.source;
@@ -292,7 +298,7 @@ void Trainer::announce() {
            device_.is_cuda() ? (tf32_enabled() ? "on" : "off") : "n/a on cpu");
   log_info("model %s: %s params, %.3g FLOPs/token; batch %d x %d x accum %d = %s tokens/step; %d steps; peak %s (%s)",
            req_.model.preset, format_count(static_cast<double>(model::param_count(req_.model))), flops_per_token_,
-           tc_.micro_batch, tc_.seq_len, tc_.grad_accum, format_count(static_cast<double>(step_tokens_)), tc_.steps,
+           tc_.batch.micro_batch, tc_.batch.seq_len, tc_.batch.grad_accum, format_count(static_cast<double>(step_tokens_)), tc_.steps,
            peak_.flops > 0 ? absl::StrFormat("%.1f TFLOP/s", peak_.flops / 1e12) : std::string("unknown"),
            peak_.source);
 }
@@ -352,7 +358,7 @@ StepResult Trainer::train_step() {
   torch::Tensor loss = accumulate_gradients(fault);  // float64 scalar on the device
   if (grad_sync_) r.comm_wait_s = sync_gradients(loss);
   if (fault == FaultInjector::Site::kGradient) FaultInjector::poison_gradient(params_);
-  GradNorm norm = clip_grad_norm(plist_, tc_.grad_clip);
+  GradNorm norm = clip_grad_norm(plist_, tc_.optimizer.grad_clip);
   // A non-finite loss or gradient is never applied: found_inf skips the update on the device
   // (parameters, moments and the step count stay as they were), so the host need not wait to
   // know; read_steps learns it later and handle_non_finite counts the skip or stops.
@@ -380,7 +386,7 @@ torch::Tensor Trainer::take_window(bool more) {
 torch::Tensor Trainer::fetch_window() {
   ahead_cursor_ = source_.cursor();  // a checkpoint resumes at the first window not trained on
   source_.next(&flat_);
-  const int64_t rows = tc_.micro_batch, cols = tc_.seq_len + 1;
+  const int64_t rows = tc_.batch.micro_batch, cols = tc_.batch.seq_len + 1;
   TORCH_CHECK(static_cast<int64_t>(flat_.size()) == rows * cols, "batch has ", flat_.size(), " tokens, expected ",
               rows, "x", cols);
   auto t = torch::from_blob(flat_.data(), {rows, cols}, torch::kInt32);
@@ -398,12 +404,12 @@ Json Trainer::data_cursor() const { return ahead_.defined() ? ahead_cursor_ : so
 torch::Tensor Trainer::accumulate_gradients(FaultInjector::Site fault) {
   AutocastGuard ac(device_, bf16_);
   torch::Tensor step_loss = torch::zeros({}, torch::TensorOptions().dtype(torch::kFloat64).device(device_));
-  for (int64_t micro = 0; micro < tc_.grad_accum; ++micro) {
-    auto window = take_window(/*more=*/micro + 1 < tc_.grad_accum || step_ + 1 < tc_.steps);
-    auto loss = model_->loss(window) / static_cast<double>(tc_.grad_accum);
+  for (int64_t micro = 0; micro < tc_.batch.grad_accum; ++micro) {
+    auto window = take_window(/*more=*/micro + 1 < tc_.batch.grad_accum || step_ + 1 < tc_.steps);
+    auto loss = model_->loss(window) / static_cast<double>(tc_.batch.grad_accum);
     if (fault == FaultInjector::Site::kLoss) loss = FaultInjector::poison_loss(loss);
     // Only the last micro-batch's backward all-reduces (the others accumulate locally).
-    if (grad_sync_) grad_sync_->before_backward(micro == tc_.grad_accum - 1);
+    if (grad_sync_) grad_sync_->before_backward(micro == tc_.batch.grad_accum - 1);
     loss.backward();
     step_loss.add_(loss.detach().to(torch::kFloat64));  // the sum of the fp32 losses in double, as before
   }
@@ -459,8 +465,8 @@ absl::Status Trainer::read_steps(bool logging_current) {
 }
 
 bool Trainer::read_due() const {
-  return step_ % tc_.log_interval == 0 || step_ == tc_.steps || step_ == tc_.stop_at_step ||
-         (tc_.checkpoint_interval > 0 && step_ % tc_.checkpoint_interval == 0);
+  return step_ % tc_.logging.interval == 0 || step_ == tc_.steps || step_ == tc_.stop_at_step ||
+         (tc_.checkpoint.interval > 0 && step_ % tc_.checkpoint.interval == 0);
 }
 
 // A step that was not applied (its update was skipped on the device): count the skip (up to
@@ -483,7 +489,7 @@ absl::Status Trainer::handle_non_finite(StepResult& r, const std::string& culpri
             ? absl::StrFormat(" (%d earlier steps skipped, train.nan_skip_limit is %d)", nan_skipped_, tc_.nan_skip_limit)
             : std::string();
     return absl::InternalError(absl::StrFormat(
-        "%s; stopped without applying the step%s; last good checkpoint: %s (lower train.lr or check the data, "
+        "%s; stopped without applying the step%s; last good checkpoint: %s (lower train.optimizer.lr or check the data, "
         "then --resume)",
         what, limit, last));
   }
@@ -505,7 +511,7 @@ void Trainer::advance(const StepResult& r) {
 
 bool Trainer::log_due() const {
   if (!last_.read || last_.step != step_) return false;
-  return step_ % tc_.log_interval == 0 || step_ == tc_.steps || !last_.applied;
+  return step_ % tc_.logging.interval == 0 || step_ == tc_.steps || !last_.applied;
 }
 
 // The fields every metrics line has: the step's own numbers and the throughput of the interval
@@ -545,18 +551,18 @@ Json Trainer::measure(const StepResult& r) {
 // The throughput sentinel: warns once when tokens/s falls well below this run's median.
 void Trainer::check_throughput(double rate) {
   // The first interval includes warm-up (allocator, oneDNN primitives): keep it out of the median.
-  if (step_ > tc_.log_interval || step_ == tc_.steps) rates_.push_back(rate);
-  if (rates_.size() >= 5 && rate < tc_.sentinel_fraction * median(rates_) && !sentinel_warned_) {
+  if (step_ > tc_.logging.interval || step_ == tc_.steps) rates_.push_back(rate);
+  if (rates_.size() >= 5 && rate < tc_.logging.sentinel_fraction * median(rates_) && !sentinel_warned_) {
     log_warn("throughput sentinel: %.0f tok/s is below %.0f%% of this run's median %.0f tok/s "
              "(another process on the machine? thermal throttling? a slow data path?)",
-             rate, 100 * tc_.sentinel_fraction, median(rates_));
+             rate, 100 * tc_.logging.sentinel_fraction, median(rates_));
     sentinel_warned_ = true;
   }
 }
 
 // Mean validation loss per language on eval_interval steps (and the last), into the line.
 void Trainer::validate(Json& line) {
-  if (tc_.eval_interval <= 0 || val_.empty() || (step_ % tc_.eval_interval != 0 && step_ != tc_.steps)) return;
+  if (tc_.eval.interval <= 0 || val_.empty() || (step_ % tc_.eval.interval != 0 && step_ != tc_.steps)) return;
   std::map<std::string, double> out;
   {
     torch::NoGradGuard no_grad;
@@ -565,7 +571,7 @@ void Trainer::validate(Json& line) {
     for (const auto& [lang, windows] : val_) {
       double total = 0;
       int64_t n = 0;
-      for (size_t i = 0; i < windows.size() && static_cast<int64_t>(i) < tc_.eval_windows; ++i) {
+      for (size_t i = 0; i < windows.size() && static_cast<int64_t>(i) < tc_.eval.windows; ++i) {
         auto w = to_window_tensor(windows[i], 1, static_cast<int64_t>(windows[i].size()), device_);
         total += model_->loss(w).item<double>();
         ++n;
@@ -582,10 +588,10 @@ void Trainer::validate(Json& line) {
 // Greedy text from fixed prompts at each validation (train/samples.h): samples.jsonl and
 // TensorBoard's Text tab. Rank 0 only; a failed write warns, like TensorBoard, never stops a run.
 void Trainer::write_samples() {
-  if (!main_rank_ || tc_.sample_tokens <= 0 || !req_.codec.usable()) return;
-  if (sample_prompts_.empty()) sample_prompts_ = make_sample_prompts(tc_.sample_prompts, val_, req_.codec);
+  if (!main_rank_ || tc_.eval.sample_tokens <= 0 || !req_.codec.usable()) return;
+  if (sample_prompts_.empty()) sample_prompts_ = make_sample_prompts(tc_.eval.sample_prompts, val_, req_.codec);
   if (sample_prompts_.empty()) return;
-  const Json row = generate_samples(model_, sample_prompts_, tc_.sample_tokens, req_.codec, step_, tokens_);
+  const Json row = generate_samples(model_, sample_prompts_, tc_.eval.sample_tokens, req_.codec, step_, tokens_);
   // Not training time: the next line's tokens/s and MFU (and the throughput sentinel) leave it out.
   t_log_ += std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(row["seconds"].get<double>()));
   const std::string path = RunFolder(req_.run_dir).samples();
@@ -600,7 +606,7 @@ void Trainer::write_samples() {
                                    unix_seconds());
   if (!samples_announced_)
     log_info("text samples: %d prompts, %d new tokens in %.2f s at each validation (samples.jsonl; "
-             "train.sample_tokens 0 turns them off)",
+             "train.eval.sample_tokens 0 turns them off)",
              sample_prompts_.size(), row["new_tokens"].get<int64_t>(), row["seconds"].get<double>());
   samples_announced_ = true;
 }
@@ -646,7 +652,7 @@ void Trainer::write_tensorboard(const Json& line) {
 absl::Status Trainer::checkpoint_if_due() {
   // A background write that failed (disk full) stops the run at the next step, not a period later.
   if (writer_ && !writer_->busy()) LM_RETURN_IF_ERROR(writer_->wait());
-  const bool by_step = tc_.checkpoint_interval > 0 && step_ % tc_.checkpoint_interval == 0;
+  const bool by_step = tc_.checkpoint.interval > 0 && step_ % tc_.checkpoint.interval == 0;
   const bool by_time = time_due_;
   time_due_ = false;
   if (step_ == tc_.steps || (!by_step && !by_time)) return absl::OkStatus();
@@ -659,7 +665,7 @@ absl::Status Trainer::checkpoint(bool wait) {
   LM_RETURN_IF_ERROR(read_steps(/*logging_current=*/false));  // no checkpoint past an unread skip
   if (!main_rank_) return absl::OkStatus();
   metrics_.flush();
-  if (!writer_) writer_ = std::make_unique<CheckpointWriter>(req_.run_dir, tc_.keep_last);
+  if (!writer_) writer_ = std::make_unique<CheckpointWriter>(req_.run_dir, tc_.checkpoint.keep_last);
   const auto t0 = Clock::now();
   LM_RETURN_IF_ERROR(writer_->start(snapshot_checkpoint(step_, model_, *optim_, trainer_state())));
   const double snap_s = since(t0);
@@ -692,7 +698,7 @@ Trainer::Stop Trainer::stop_policy() {
   if (step_ == tc_.stop_at_step && step_ != tc_.steps) return Stop::kAtStep;
   // One agreement for both: rank 0's clock says whether checkpoint_minutes passed (the low bit),
   // any rank's signal says stop (a stop checkpoints anyway, so the bit then does not matter).
-  const bool due = main_rank_ && tc_.checkpoint_minutes > 0 && since(last_checkpoint_) >= 60 * tc_.checkpoint_minutes;
+  const bool due = main_rank_ && tc_.checkpoint.minutes > 0 && since(last_checkpoint_) >= 60 * tc_.checkpoint.minutes;
   int sig = lm::stop_signal();
   int agreed = 2 * sig + (due ? 1 : 0);
   if (req_.comm != nullptr) agreed = static_cast<int>(req_.comm->max(agreed));

@@ -85,6 +85,9 @@ TEST_F(CorpusTest, ManifestBadFieldsNameDottedPath) {
       {R"({"sources":[{"paths":["a.txt"],"lang":"bn","format":"csv"}]})", "sources[0].format: expected"},
       {R"({"sources":[{"paths":["a.txt","nope*.txt"],"lang":"bn"}]})", "sources[0].paths[1]: no file matches"},
       {R"({"sources":[]})", "sources: no sources"},
+      {R"({"sources":[{"paths":["a.txt"],"lang":"bn","name":"a b"}]})", "sources[0].name: 'a b': use 1-64"},
+      {R"({"sources":[{"paths":["a.txt"],"lang":"bn","name":"x"},{"paths":["a.txt"],"lang":"en","name":"x"}]})",
+       "sources[1].name: 'x' is also the id of sources[0]"},
   };
   for (const auto& c : cases) {
     std::string mp = write("corpus.json", c.json);
@@ -258,6 +261,27 @@ TEST_F(CorpusTest, StopReadingEndsEarlyWithoutError) {
     return absl::InternalError("boom");
   }, nullptr);
   EXPECT_EQ(err.message(), "boom");
+}
+
+// Source ids name sources in reports, shard files and the data cursor: the name, else the first
+// file's stem when unique, else "<lang>-<k>".
+TEST_F(CorpusTest, SourceIdsAreNamesOrStemsOrLangIndex) {
+  write("news.txt.gz", "x\n");
+  write("b1.txt", "x\n");
+  fs::create_directories(dir_ / "x");
+  write("x/news.txt", "x\n");
+  std::string mp = write("corpus.json", R"({"sources":[
+      {"paths":["news.txt.gz"],"lang":"bn"}, {"paths":["x/news.txt"],"lang":"bn"},
+      {"paths":["b*.txt"],"lang":"bn"}, {"paths":["b1.txt"],"lang":"en","name":"wiki"}]})");
+  auto m = lm::data::load_manifest(mp);
+  LM_ASSERT_OK(m.status());
+  EXPECT_EQ(lm::data::source_id(*m, 0), "bn-1");  // two sources share the stem "news"
+  EXPECT_EQ(lm::data::source_id(*m, 1), "bn-2");
+  EXPECT_EQ(lm::data::source_id(*m, 2), "bn-3");  // a glob is no id
+  EXPECT_EQ(lm::data::source_id(*m, 3), "wiki");
+  EXPECT_EQ(lm::data::describe_source(*m, 1), "'bn-2' (sources[1], bn, x/news.txt)");
+  m->sources[1].paths = {"x/other.txt"};
+  EXPECT_EQ(lm::data::source_id(*m, 0), "news");
 }
 
 TEST_F(CorpusTest, RepositorySampleManifestLoads) {

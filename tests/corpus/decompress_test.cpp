@@ -2,6 +2,7 @@
 // (whatever their names), multi-stream files, truncation as DataLoss naming the file, and formats
 // that are not text refused by name before any line is read.
 #include "corpus/decompress.h"
+#include "corpus/parquet.h"
 
 #include <bzlib.h>
 #include <gtest/gtest.h>
@@ -131,7 +132,9 @@ TEST_F(DecompressTest, ArchivesAndParquetAreRefusedByName) {
     std::vector<std::string> docs;
     const absl::Status st = read(p, &docs);
     ASSERT_FALSE(st.ok()) << what;
-    EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument) << st;
+    // A build with Arrow reads Parquet (tests/corpus/parquet_test.cpp): these 24 bytes are a broken one.
+    const bool parquet = what == "Parquet" && lm::data::parquet_supported();
+    EXPECT_EQ(st.code(), parquet ? absl::StatusCode::kDataLoss : absl::StatusCode::kInvalidArgument) << st;
     EXPECT_NE(st.message().find(what), std::string::npos) << st;
     EXPECT_NE(st.message().find(p), std::string::npos) << st;
     EXPECT_TRUE(docs.empty());

@@ -206,6 +206,89 @@ TEST_F(PrepareTest, ShardTokensSplitsIntoSeveralShards) {
   EXPECT_NE(sum->find("verified"), std::string::npos);
 }
 
+// Issue #21.5: one meaning of weight. bn has two sources of weight 2 (news: 900 documents,
+// lit: 300) and an empty one of weight 5; en one of weight 1. Each source with text gets
+// weight / 5 of the mixture (the empty one adds nothing, and says so); the old meaning summed
+// weights per language (bn 9 of 10, the empty source included) and sampled bn's windows evenly.
+TEST_F(PrepareTest, WeightsArePerSourceAndAnEmptySourceAddsNone) {
+  {
+    std::ofstream a(dir_->file("news.txt")), b(dir_->file("lit.txt")), e(dir_->file("empty.txt"));
+    for (size_t i = 0; i < bn_.size(); ++i) (i < 900 ? a : b) << bn_[i] << "\n";
+    e << "\n  \n";
+  }
+  std::ofstream(dir_->file("mix.json"))
+      << R"({"sources": [{"paths": ["news.txt"], "lang": "bn", "weight": 2},
+                         {"paths": ["lit.txt"], "lang": "bn", "weight": 2},
+                         {"paths": ["empty.txt"], "lang": "bn", "weight": 5},
+                         {"paths": ["en.jsonl"], "format": "jsonl", "lang": "en", "weight": 1}]})";
+  PrepareOptions o = options("mix");
+  o.corpus = dir_->file("mix.json");
+  ::testing::internal::CaptureStderr();
+  auto m = prepare(o);
+  const std::string err = ::testing::internal::GetCapturedStderr();
+  LM_ASSERT_OK(m.status());
+  EXPECT_NE(err.find("source 'empty' (sources[2], bn, empty.txt) has no training tokens; its weight 5 adds "
+                     "nothing"), std::string::npos) << err;
+  EXPECT_DOUBLE_EQ(m->languages.at("bn").token_share, 0.8);
+  EXPECT_DOUBLE_EQ(m->weights.at("bn"), 4.0);
+  ASSERT_EQ(m->sources.size(), 4u);
+  EXPECT_EQ(m->sources[0].id, "news");
+  EXPECT_DOUBLE_EQ(m->sources[0].share, 0.4);
+  EXPECT_DOUBLE_EQ(m->sources[1].share, 0.4);
+  EXPECT_DOUBLE_EQ(m->sources[2].share, 0.0);
+  EXPECT_DOUBLE_EQ(m->sources[3].share, 0.2);
+  EXPECT_EQ(m->sources[0].docs, 900u);
+  EXPECT_EQ(m->sources[0].train_tokens + m->sources[1].train_tokens, m->languages.at("bn").train_tokens);
+  const std::string report = format_report(*m);
+  EXPECT_NE(report.find("news"), std::string::npos) << report;
+
+  // The sampler reads the per-source weights back from manifest.json.
+  auto set = ShardSet::open(o.out);
+  LM_ASSERT_OK(set.status());
+  EXPECT_EQ(set->sources("bn", "train"), (std::vector<std::string>{"news", "lit"}));
+  SamplerConfig sc;
+  sc.batch = 2;
+  sc.seq_len = 16;
+  auto s = BatchSampler::create(*set, sc);
+  LM_ASSERT_OK(s.status());
+  ASSERT_EQ(s->streams().size(), 3u);
+  EXPECT_EQ(s->streams()[1].name, "bn/lit");
+  EXPECT_DOUBLE_EQ(s->streams()[1].probability, 0.4);
+  EXPECT_DOUBLE_EQ(s->probability("bn"), 0.8);
+}
+
+// --plan-tokens: the passes over each language and source that a token budget makes, in the
+// manifest and the report, with a warning for those above 4 (Muennighoff et al. 2023).
+TEST_F(PrepareTest, PlanTokensReportsPassesAndWarnsAboveFour) {
+  PrepareOptions o = options("plan");
+  auto first = prepare(o);
+  LM_ASSERT_OK(first.status());
+  const double bn_tokens = static_cast<double>(first->languages.at("bn").train_tokens);
+  const double en_tokens = static_cast<double>(first->languages.at("en").train_tokens);
+  // bn draws 75%: 5 passes over bn; en draws 25%: 5/3 * bn_tokens / en_tokens passes (< 4 here).
+  o.plan_tokens = 5 * bn_tokens / 0.75;
+  o.out = dir_->file("plan2");
+  ::testing::internal::CaptureStderr();
+  auto m = prepare(o);
+  const std::string err = ::testing::internal::GetCapturedStderr();
+  LM_ASSERT_OK(m.status());
+  ASSERT_LT(5.0 / 3 * bn_tokens / en_tokens, 4.0);
+  EXPECT_NE(err.find("repeat the same text more than 4 times: language 'bn' 5.0 passes over"), std::string::npos)
+      << err;
+  EXPECT_EQ(err.find("language 'en'"), std::string::npos) << err;
+  const Json& rows = m->prepare.at("passes").at("rows");
+  ASSERT_GE(rows.size(), 2u);
+  EXPECT_EQ(rows[0].at("lang"), "bn");
+  EXPECT_NEAR(rows[0].at("passes").get<double>(), 5.0, 1e-9);
+  EXPECT_NEAR(rows[1].at("passes").get<double>(), o.plan_tokens * 0.25 / en_tokens, 1e-9);
+  const std::string report = format_report(*m);
+  EXPECT_NE(report.find("5.00x  > 4"), std::string::npos) << report;
+  // The manifest keeps the plan: the report reads the same from the file.
+  auto set = ShardSet::open(o.out);
+  LM_ASSERT_OK(set.status());
+  EXPECT_EQ(format_report(set->manifest()), report);
+}
+
 TEST_F(PrepareTest, BadInputsAreClearErrors) {
   PrepareOptions o = options("bad");
   o.val_fraction = 1.5;

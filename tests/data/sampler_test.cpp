@@ -248,6 +248,106 @@ TEST_F(SamplerTest, MixtureWeightsRespectedOnALargeDraw) {
   EXPECT_NEAR(static_cast<double>(bn) / total, 0.2, 0.01);
 }
 
+// Issue #21.5: weight is a source's share of the mixture, within a language too. bn has two
+// sources, "big" (20000 tokens, weight 1) and "small" (4000 tokens, weight 3); en one (weight 4).
+// Per-language weights (the old meaning) drew bn's windows evenly, big 5x as often as small.
+class SourceWeights : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    std::vector<SourceReport> sources(3);
+    sources[0].id = "big", sources[0].lang = "bn", sources[0].weight = 1;
+    sources[1].id = "small", sources[1].lang = "bn", sources[1].weight = 3;
+    sources[2].id = "wiki", sources[2].lang = "en", sources[2].weight = 4;
+    LM_ASSERT_OK(testing::write_synthetic_set(dir_.path(),
+                                              {{"bn", "train", iota_tokens(20000, 0), {}, "big"},
+                                               {"bn", "train", iota_tokens(4000, 100000), {}, "small"},
+                                               {"en", "train", iota_tokens(8000, 200000), {}, "wiki"}},
+                                              kBigVocab, {{"bn", 4.0}, {"en", 4.0}}, sources));
+    auto set = ShardSet::open(dir_.path());
+    LM_ASSERT_OK(set.status());
+    set_ = std::make_unique<ShardSet>(std::move(*set));
+  }
+  // Share of rows from big, small and wiki over `steps` steps of 16 rows.
+  static std::vector<double> shares(BatchSampler& s, int steps) {
+    std::vector<double> n(3, 0);
+    std::vector<int32_t> b;
+    for (int step = 0; step < steps; ++step) {
+      s.next(&b);
+      for (int r = 0; r < 16; ++r) n[b[r * 17] / 100000] += 1.0 / (16.0 * steps);
+    }
+    return n;
+  }
+  TempDir dir_;
+  std::unique_ptr<ShardSet> set_;
+};
+
+// Tolerance 0.015 absolute: as a binomial over N = 16000 rows the largest standard deviation is
+// sqrt(0.5 * 0.5 / 16000) = 0.004, so 0.015 is ~3.8 sigma; the old meaning is off by 0.29.
+TEST_F(SourceWeights, RowsFollowEachSourcesWeightWithinALanguage) {
+  SamplerConfig cfg;
+  cfg.batch = 16;
+  cfg.seq_len = 16;
+  auto s = BatchSampler::create(*set_, cfg);
+  LM_ASSERT_OK(s.status());
+  const std::vector<double> got = shares(*s, 1000);
+  EXPECT_NEAR(got[0], 0.125, 0.015) << "bn/big";
+  EXPECT_NEAR(got[1], 0.375, 0.015) << "bn/small";
+  EXPECT_NEAR(got[2], 0.5, 0.015) << "en/wiki";
+  EXPECT_DOUBLE_EQ(s->probability("bn"), 0.5);
+  ASSERT_EQ(s->streams().size(), 3u);
+  EXPECT_EQ(s->streams()[1].name, "bn/small");
+  // epochs() of a language: its windows drawn (8000 of 16000 rows) over its windows (1249 + 249).
+  EXPECT_NEAR(s->epochs("bn"), 8000.0 / 1498.0, 0.3);
+
+  // A per-language weight in the config sets the language's total, shared by its sources' weights.
+  cfg.weights = {{"bn", 1.0}, {"en", 1.0}};
+  auto t = BatchSampler::create(*set_, cfg);
+  LM_ASSERT_OK(t.status());
+  const std::vector<double> over = shares(*t, 1000);
+  EXPECT_NEAR(over[0], 0.125, 0.015);
+  EXPECT_NEAR(over[1], 0.375, 0.015);
+}
+
+TEST_F(SourceWeights, CursorOfSourceStreamsResumesExactly) {
+  SamplerConfig cfg;
+  cfg.batch = 4;
+  cfg.seq_len = 16;
+  auto a = BatchSampler::create(*set_, cfg);
+  auto b = BatchSampler::create(*set_, cfg);
+  LM_ASSERT_OK(a.status());
+  LM_ASSERT_OK(b.status());
+  std::vector<int32_t> x, y;
+  for (int i = 0; i < 700; ++i) a->next(&x);  // past an epoch of small (249 windows at 0.375)
+  EXPECT_TRUE(a->cursor().at("consumed").contains("bn/small")) << a->cursor().dump();
+  LM_ASSERT_OK(b->restore(a->cursor()));
+  for (int i = 0; i < 20; ++i) {
+    a->next(&x);
+    b->next(&y);
+    ASSERT_EQ(x, y) << "step " << i;
+  }
+}
+
+// Passes over the data for a token budget (Muennighoff et al. 2023: up to ~4 are about as good as
+// fresh text): per language and per source, and a warning above 4.
+TEST(Passes, ComputedPerLanguageAndSourceAndWarnedAboveFour) {
+  const std::vector<MixturePart> parts = {{"bn", "a", 0.4, 1000}, {"bn", "b", 0.4, 90}, {"en", "wiki", 0.2, 500}};
+  const std::vector<Passes> rows = compute_passes(parts, 1000);
+  ASSERT_EQ(rows.size(), 5u);  // bn, en, then the sources
+  EXPECT_EQ(rows[0].lang, "bn");
+  EXPECT_DOUBLE_EQ(rows[0].share, 0.8);
+  EXPECT_EQ(rows[0].tokens, 1090u);
+  EXPECT_DOUBLE_EQ(rows[0].passes, 800.0 / 1090.0);
+  EXPECT_EQ(rows[3].source, "b");
+  EXPECT_DOUBLE_EQ(rows[3].passes, 400.0 / 90.0);
+  EXPECT_DOUBLE_EQ(rows[4].passes, 200.0 / 500.0);
+  ::testing::internal::CaptureStderr();
+  EXPECT_EQ(warn_passes(rows, 1000, "test"), 1);
+  const std::string err = ::testing::internal::GetCapturedStderr();
+  EXPECT_NE(err.find("test: 1.0k tokens repeat the same text more than 4 times: source 'bn/b' 4.4 passes over 90 "
+                     "tokens (past"), std::string::npos) << err;
+  EXPECT_NE(format_passes(rows, 1000, "test").find("4.44x  > 4"), std::string::npos) << format_passes(rows, 1000, "test");
+}
+
 TEST_F(SamplerTest, BadConfigsAreClearErrors) {
   SamplerConfig cfg;
   cfg.weights = {{"fr", 1.0}};

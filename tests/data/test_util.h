@@ -44,24 +44,27 @@ struct SynthShard {
   std::string split;
   std::vector<int32_t> tokens;
   std::vector<uint64_t> offsets;  // n_docs + 1; empty = one document
+  std::string source;             // corpus source id; empty = the language is one source
 };
 
 inline constexpr const char* kTestHash = "0123456789abcdef";
 
 // Writes the shards and a manifest.json into `dir`.
 inline absl::Status write_synthetic_set(const std::string& dir, const std::vector<SynthShard>& shards,
-                                        uint32_t vocab, const std::map<std::string, double>& weights = {}) {
+                                        uint32_t vocab, const std::map<std::string, double>& weights = {},
+                                        const std::vector<SourceReport>& sources = {}) {
   ShardManifest m;
   m.tokenizer_hash = kTestHash;
   m.vocab_size = static_cast<int32_t>(vocab);
   m.eos_id = 0;
   m.weights = weights;
+  m.sources = sources;
   int i = 0;
   for (const auto& s : shards) {
     const std::string name = s.lang + "." + s.split + "." + std::to_string(i++) + ".lmtok";
     LM_RETURN_IF_ERROR(write_shard(dir + "/" + name, s.tokens, s.offsets, vocab, kTestHash));
     const uint64_t docs = s.offsets.empty() ? 1 : s.offsets.size() - 1;
-    m.shards.push_back({name, s.lang, s.split, s.tokens.size(), docs});
+    m.shards.push_back({name, s.lang, s.split, s.tokens.size(), docs, s.source});
   }
   return write_manifest(dir, m);
 }

@@ -447,13 +447,13 @@ TEST_F(ExportTest, FitInitFromStartsFromExportedWeights) {
   r.run_dir = (temp_dir("fit_dst") / "run").string();
   r.model = tiny();
   r.train.steps = 1;
-  r.train.micro_batch = 2;
-  r.train.seq_len = 16;
-  r.train.warmup_steps = 1;
-  r.train.lr = 1e-12;  // one step that moves weights by ~1e-12: the checkpoint is the init
-  r.train.weight_decay = 0;
-  r.train.threads = 2;
-  r.train.verify_at_start = false;
+  r.train.batch.micro_batch = 2;
+  r.train.batch.seq_len = 16;
+  r.train.schedule.warmup_steps = 1;
+  r.train.optimizer.lr = 1e-12;  // one step that moves weights by ~1e-12: the checkpoint is the init
+  r.train.optimizer.weight_decay = 0;
+  r.train.hardware.threads = 2;
+  r.train.debug.verify_at_start = false;
   r.tokenizer_hash = "tok-test";
   r.init_from = hf;
   testing::SyntheticSource src(2, 17, 512);
@@ -602,15 +602,15 @@ FitRequest report_run(const fs::path& dir, ValSets* val) {
   r.run_dir = (dir / "run").string();
   r.model = tiny();
   r.train.steps = 20;
-  r.train.micro_batch = 2;
-  r.train.seq_len = 16;
-  r.train.warmup_steps = 2;
-  r.train.log_interval = 2;
-  r.train.eval_interval = 4;  // validation runs on logged steps: 4, 8, ..., 20
-  r.train.checkpoint_interval = 10;
-  r.train.threads = 2;
-  r.train.verify_at_start = false;
-  r.train.sample_tokens = 4;
+  r.train.batch.micro_batch = 2;
+  r.train.batch.seq_len = 16;
+  r.train.schedule.warmup_steps = 2;
+  r.train.logging.interval = 2;
+  r.train.eval.interval = 4;  // validation runs on logged steps: 4, 8, ..., 20
+  r.train.checkpoint.interval = 10;
+  r.train.hardware.threads = 2;
+  r.train.debug.verify_at_start = false;
+  r.train.eval.sample_tokens = 4;
   r.tokenizer_hash = "tok-test";
   // Token ids as words ("w17"), enough for samples to have text.
   r.codec.encode = [](std::string_view) { return std::vector<int32_t>{5, 6}; };
@@ -782,7 +782,7 @@ TEST_F(ExportTest, ReportShowsTheConfigAsResumed) {
   const auto dir = temp_dir("report_resume");
   ValSets val;
   FitRequest r = report_run(dir, &val);
-  r.train.sample_tokens = 0;
+  r.train.eval.sample_tokens = 0;
   {
     testing::SyntheticSource src(2, 17, 512);
     LM_ASSERT_OK(fit(r, src, val).status());

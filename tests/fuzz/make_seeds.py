@@ -55,12 +55,15 @@ def configs():
                      "n_heads": 4, "n_kv_heads": 2, "d_ff": 192, "max_seq_len": 128,
                      "rope_theta": 10000.0, "norm_eps": 1e-5, "tie_embeddings": True,
                      "init_std": 0.02, "attention": "fused"},
-           "train": {"steps": 60, "micro_batch": 4, "seq_len": 64, "warmup_steps": 10,
-                     "log_interval": 1, "checkpoint_interval": 7, "keep_last": 2,
-                     "eval_interval": 0, "batch_tokens": 512, "lr": 3e-3, "schedule": "wsd",
-                     "dtype": "bf16", "seed": 7, "threads": 1}}
+           "train": {"steps": 60, "seed": 7,
+                     "batch": {"micro_batch": 4, "seq_len": 64, "batch_tokens": 512},
+                     "optimizer": {"lr": 3e-3}, "schedule": {"kind": "wsd", "warmup_steps": 10},
+                     "logging": {"interval": 1}, "checkpoint": {"interval": 7, "keep_last": 2},
+                     "eval": {"interval": 0}, "hardware": {"dtype": "bf16", "threads": 1}}}
     put("fuzz_config", "run", b"\0" + json.dumps(run).encode())
-    put("fuzz_config", "run-tokens", b"\0" + b'{"train": {"tokens": 2e6, "grad_accum": 3}}')
+    put("fuzz_config", "run-tokens", b"\0" + b'{"train": {"tokens": 2e6, "batch": {"grad_accum": 3}}}')
+    # A flat config from before the sections: refused with where each key moved.
+    put("fuzz_config", "run-flat", b"\0" + b'{"train": {"lr": 1e-3, "schedule": "wsd", "micro_batch": 2}}')
     put("fuzz_config", "run-unknown-key", b"\0" + b'{"train": {"stepz": 1}}')
     put("fuzz_config", "run-wrong-type", b"\0" + b'{"model": {"d_model": "64"}}')
     corpus = {"sources": [

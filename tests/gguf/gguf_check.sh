@@ -24,8 +24,9 @@ phase() { echo "gguf_check: $1 done at $((SECONDS - t0)) s"; }
 "$LMTRAIN" tokenizer --corpus "$ROOT/data/sample/corpus.json" --vocab-size 512 --sample-chars 400000 --out "$W/tok" $Q >/dev/null
 "$LMTRAIN" prepare --corpus "$ROOT/data/sample/corpus.json" --tokenizer "$W/tok" --out "$W/shards" $Q >/dev/null
 cat > "$W/run.json" <<JSON
-{"train": {"steps": $STEPS, "micro_batch": 8, "seq_len": 64, "warmup_steps": 10, "lr": 0.003, "log_interval": 50,
-           "checkpoint_interval": $STEPS, "keep_last": 1, "eval_interval": 0}}
+{"train": {"steps": $STEPS, "batch": {"micro_batch": 8, "seq_len": 64}, "schedule": {"warmup_steps": 10},
+           "optimizer": {"lr": 0.003}, "logging": {"interval": 50}, "checkpoint": {"interval": $STEPS, "keep_last": 1},
+           "eval": {"interval": 0}}}
 JSON
 phase "tokenizer + prepare"
 "$LMTRAIN" fit --data "$W/shards" --preset tiny --config "$W/run.json" --out "$W/run" $Q >/dev/null

@@ -118,8 +118,9 @@ void expect_unchanged(const Snapshot& before, const fs::path& root, bool allow_n
       EXPECT_NE(r_.err.find(needle), std::string::npos) << "want '" << needle << "' in: " << r_.err; \
   } while (0)
 
-const char* kRunJson = R"({"train": {"steps": 9, "micro_batch": 2, "seq_len": 32, "warmup_steps": 2,
-  "log_interval": 1, "checkpoint_interval": 3, "keep_last": 5, "eval_interval": 0}})";
+const char* kRunJson = R"({"train": {"steps": 9, "batch": {"micro_batch": 2, "seq_len": 32},
+  "schedule": {"warmup_steps": 2}, "logging": {"interval": 1}, "checkpoint": {"interval": 3, "keep_last": 5},
+  "eval": {"interval": 0}}})";
 
 // Built once per build tree (ctest runs every test in its own process): a private folder is filled
 // and renamed into place, so parallel test processes never see half a workspace.
@@ -343,12 +344,33 @@ TEST_F(BadConfig, UnknownKeyNamesDottedPath) {
   expect_refused(R"({"model": {"d_modle": 64}})", {"bad.json", "model.d_modle"});
 }
 
+// A --config file (or a run's config.json) from before the config sections: where each key went.
+TEST_F(BadConfig, FlatTrainConfigSaysWhereEachKeyMoved) {
+  expect_refused(R"({"train": {"steps": 3, "lr": 0.01, "log_interval": 1}})",
+                 {"bad.json", "a flat training config", "lr -> train.optimizer.lr",
+                  "log_interval -> train.logging.interval", R"("optimizer":{"lr":0.01})"});
+}
+
+// --set is read through the same strict reader: an unknown dotted key suggests the nearest one,
+// a wrong type names the flag and the field; nothing is created either way.
+TEST_F(BadConfig, SetNamesTheFlagTheFieldAndTheNearestKey) {
+  const Snapshot before = snapshot(ws());
+  EXPECT_BAD_INPUT(fit({"--set", "optimizer.lrr=0.1", "--out", w("new")}),
+                   "--set optimizer.lrr: train.optimizer.lrr: unknown key (did you mean 'optimizer.lr'?)");
+  EXPECT_BAD_INPUT(fit({"--set", "batch.micro_batch=two", "--out", w("new")}),
+                   "--set batch.micro_batch: train.batch.micro_batch: expected a number, got 'two'");
+  EXPECT_BAD_INPUT(fit({"--set", "batch.micro_batch=-4", "--out", w("new")}),
+                   "train.batch.micro_batch: must be positive, got -4");
+  expect_unchanged(before, ws());
+  EXPECT_FALSE(fs::exists(ws() / "new"));
+}
+
 TEST_F(BadConfig, WrongTypeNamesDottedPath) { expect_refused(R"({"train": {"steps": "five"}})", {"train.steps"}); }
 
 TEST_F(BadConfig, NegativeBatch) {
-  expect_refused(R"({"train": {"micro_batch": -4}})", {"train.micro_batch: must be positive, got -4"});
+  expect_refused(R"({"train": {"batch": {"micro_batch": -4}}})", {"train.batch.micro_batch: must be positive, got -4"});
   const Snapshot before = snapshot(ws());
-  EXPECT_BAD_INPUT(fit({"--micro-batch", "-4", "--out", w("new")}), "train.micro_batch: must be positive, got -4");
+  EXPECT_BAD_INPUT(fit({"--micro-batch", "-4", "--out", w("new")}), "train.batch.micro_batch: must be positive, got -4");
   expect_unchanged(before, ws());
 }
 
@@ -515,7 +537,7 @@ TEST_F(BadInput, ResumeWithNoOtherFlagsContinuesTheRunAsStarted) {
 TEST_F(BadCheckpoint, ResumeRefusesFlagsThatChangeTheRunNamingEach) {
   const Snapshot before = snapshot(ws());
   Result r = resume({"--lr", "0.01", "--micro-batch", "4"});
-  EXPECT_BAD_INPUT(r, "train.lr (--lr", "the run has 0.003, now 0.01", "train.micro_batch (--micro-batch",
+  EXPECT_BAD_INPUT(r, "train.optimizer.lr (--lr", "the run has 0.003, now 0.01", "train.batch.micro_batch (--micro-batch",
                    "the run has 2, now 4", "--resume continues the run with its own config.json");
   expect_unchanged(before, ws());
 }
@@ -669,8 +691,9 @@ TEST_F(DiskFull, NoSpaceOnTmpfsDuringCheckpointWrite) {
 
 TEST_F(BadInput, NanStopsWithStepParameterAndLastCheckpoint) {
   copy_in("shards"); copy_in("tok"); copy_in("run");
-  spit(ws() / "nan.json", R"({"train": {"steps": 9, "micro_batch": 2, "seq_len": 32, "warmup_steps": 2,
-    "log_interval": 1, "checkpoint_interval": 3, "keep_last": 5, "eval_interval": 0, "inject_nan_step": 7}})");
+  spit(ws() / "nan.json", R"({"train": {"steps": 9, "batch": {"micro_batch": 2, "seq_len": 32},
+    "schedule": {"warmup_steps": 2}, "logging": {"interval": 1}, "checkpoint": {"interval": 3, "keep_last": 5},
+    "eval": {"interval": 0}, "debug": {"inject_nan_step": 7}}})");
   const Snapshot ckpt6 = snapshot(ws() / "run" / "checkpoints" / "step-00000006");
   Result r = lmtrain({"fit", "--data", w("shards"), "--preset", "tiny", "--config", w("nan.json"), "--out", w("run"),
                       "--resume"});

@@ -16,8 +16,9 @@ Q="--threads 1 -q"
 "$LMTRAIN" tokenizer --corpus "$ROOT/data/sample/corpus.json" --vocab-size 512 --out "$W/tok" $Q >/dev/null
 "$LMTRAIN" prepare --corpus "$ROOT/data/sample/corpus.json" --tokenizer "$W/tok" --out "$W/shards" $Q >/dev/null
 cat > "$W/run.json" <<JSON
-{"train": {"steps": $STEPS, "micro_batch": 4, "seq_len": 64, "warmup_steps": 10, "log_interval": 1,
-           "checkpoint_interval": 7, "checkpoint_minutes": 0.003, "keep_last": 2, "eval_interval": 0}}
+{"train": {"steps": $STEPS, "batch": {"micro_batch": 4, "seq_len": 64}, "schedule": {"warmup_steps": 10},
+           "logging": {"interval": 1}, "checkpoint": {"interval": 7, "minutes": 0.003, "keep_last": 2},
+           "eval": {"interval": 0}}}
 JSON
 FIT=("$LMTRAIN" fit --data "$W/shards" --preset tiny --config "$W/run.json" $Q)
 

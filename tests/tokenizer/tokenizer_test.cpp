@@ -294,6 +294,91 @@ TEST(TokenizerTrain, SampleKeepsTheLanguageRatioOfTheWeights) {
   }
 }
 
+// Issue #21.4: with equal weights, one small source used to shrink the whole sample (keep_ratio cut
+// every source to its shortfall) without a word. Now it gives all it has, is named in a warning
+// with its numbers, and the other sources fill the rest in proportion to their weights.
+class SmallSource : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = tmp_dir("small_source");
+    auto lines = [](const std::string& word, int n) {
+      std::string text;
+      for (int i = 0; i < n; ++i) text += word + " " + std::to_string(i) + " " + word + " শেষ\n";
+      return text;
+    };
+    write_text(dir_ + "/news.txt", lines("খবর", 6000));   // ~96k chars
+    write_text(dir_ + "/wiki.txt", lines("wiki", 6000));  // ~96k chars
+    write_text(dir_ + "/tiny.txt", lines("ছোট", 200));    // ~2.9k chars
+    write_text(dir_ + "/corpus.json", R"({"sources": [
+      {"paths": ["news.txt"], "lang": "bn", "weight": 1}, {"paths": ["tiny.txt"], "lang": "bn", "weight": 1},
+      {"paths": ["wiki.txt"], "lang": "en", "weight": 1}]})");
+  }
+  void TearDown() override { fs::remove_all(dir_); }
+  std::string dir_;
+};
+
+TEST_F(SmallSource, FillsFromTheOthersAndWarnsNamingTheSource) {
+  auto m = lm::data::load_manifest(dir_ + "/corpus.json");
+  ASSERT_TRUE(m.ok()) << m.status();
+  TrainOptions o;
+  o.sample_chars = 60000;  // 20k asked of each source; tiny has ~2.9k
+  ::testing::internal::CaptureStderr();
+  auto s = build_sample(*m, o);
+  const std::string err = ::testing::internal::GetCapturedStderr();
+  ASSERT_TRUE(s.ok()) << s.status();
+  int64_t chars = 0;
+  for (const auto& l : s->summary.languages) chars += l.chars;
+  // Whole lines are taken until each budget: within one line (~20 chars) per source of 60k.
+  EXPECT_NEAR(static_cast<double>(chars), 60000.0, 100.0) << "the sample shrank";
+  EXPECT_NE(err.find("source 'tiny' (sources[1], bn, tiny.txt) has 2."), std::string::npos) << err;
+  EXPECT_NE(err.find("of the 60.0k-character sample (20.0k)"), std::string::npos) << err;
+  EXPECT_NE(err.find("the other sources filled the rest"), std::string::npos) << err;
+  ASSERT_EQ(s->sources.size(), 3u);
+  const SourceSample& tiny = s->sources[1];
+  EXPECT_TRUE(tiny.exhausted);
+  EXPECT_EQ(tiny.asked_chars, 20000);
+  EXPECT_NEAR(static_cast<double>(tiny.chars), static_cast<double>(tiny.read_chars), 300.0);  // newlines not counted
+  // news and wiki (equal weights) split the rest evenly: (60k - ~2.8k) / 2 each.
+  const double rest = (60000.0 - static_cast<double>(tiny.chars)) / 2;
+  EXPECT_NEAR(static_cast<double>(s->sources[0].chars), rest, 100.0);
+  EXPECT_NEAR(static_cast<double>(s->sources[2].chars), rest, 100.0);
+}
+
+TEST_F(SmallSource, KeepRatioShrinksTheSampleButSaysSo) {
+  auto m = lm::data::load_manifest(dir_ + "/corpus.json");
+  ASSERT_TRUE(m.ok()) << m.status();
+  TrainOptions o;
+  o.sample_chars = 60000;
+  o.keep_ratio = true;
+  ::testing::internal::CaptureStderr();
+  auto s = build_sample(*m, o);
+  const std::string err = ::testing::internal::GetCapturedStderr();
+  ASSERT_TRUE(s.ok()) << s.status();
+  EXPECT_NE(err.find("source 'tiny'"), std::string::npos) << err;
+  EXPECT_NE(err.find("instead of the 60.0k asked"), std::string::npos) << err;
+}
+
+TEST_F(SmallSource, VocabularyTooLargeNamesTheSampleSourcesAndOption) {
+  auto m = lm::data::load_manifest(dir_ + "/corpus.json");
+  ASSERT_TRUE(m.ok()) << m.status();
+  TrainOptions o;
+  o.sample_chars = 6000;
+  o.vocab_size = 8000;
+  o.threads = 2;
+  ::testing::internal::CaptureStderr();
+  auto s = build_sample(*m, o);
+  ::testing::internal::GetCapturedStderr();
+  ASSERT_TRUE(s.ok()) << s.status();
+  SampleSummary summary = s->summary;
+  auto tok = train_tokenizer(*s, o, dir_ + "/tok", &summary);
+  ASSERT_FALSE(tok.ok());
+  const std::string msg(tok.status().message());
+  EXPECT_NE(msg.find("the sample has 6.0"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("'news'"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("'tiny'"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("--vocab-size (now 8000)"), std::string::npos) << msg;
+}
+
 TEST(Baseline, Gpt2PretokenizerSplitsBengaliMarks) {
   auto v = gpt2_pretokenize("Hello world's 12 ok!!  x\n");
   std::vector<std::string> got(v.begin(), v.end());

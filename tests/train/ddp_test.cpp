@@ -116,7 +116,7 @@ TEST(DataParallel, TwoRanksEqualOneRankSameGlobalBatch) {
   // left out moves the weights by whole steps.
   auto w1 = weights(one), w2 = weights(two);
   ASSERT_EQ(w1.size(), w2.size());
-  const double lr = lm::train::TrainConfig{}.lr, bound = 0.01 * lr;
+  const double lr = lm::train::TrainConfig{}.optimizer.lr, bound = 0.01 * lr;
   for (size_t i = 0; i < w1.size(); ++i) {
     const double d = (w1[i] - w2[i]).abs().max().item<double>();
     EXPECT_LE(d, bound) << "tensor " << i << ": max |w1 - w2| = " << d;

@@ -43,17 +43,17 @@ int main(int argc, char** argv) {
   r.run_dir = argv[1];
   r.model = *lm::model::preset("tiny");
   r.train.steps = std::atoi(argv[2]);
-  r.train.grad_accum = std::atoi(env_or("LM_DDP_ACCUM", "1"));
-  r.train.micro_batch = std::atoi(argv[3]) / env->world / r.train.grad_accum;
-  r.train.ddp_overlap = std::atoi(env_or("LM_DDP_OVERLAP", "1")) != 0;
-  r.train.ddp_bucket_mb = std::atof(env_or("LM_DDP_BUCKET_MB", "25"));
-  r.train.device = device;
-  r.train.seq_len = 32;
-  r.train.warmup_steps = 2;
-  r.train.log_interval = 1;
-  r.train.eval_interval = 0;
-  r.train.checkpoint_interval = 0;
-  r.train.threads = 1;
+  r.train.batch.grad_accum = std::atoi(env_or("LM_DDP_ACCUM", "1"));
+  r.train.batch.micro_batch = std::atoi(argv[3]) / env->world / r.train.batch.grad_accum;
+  r.train.distributed.overlap = std::atoi(env_or("LM_DDP_OVERLAP", "1")) != 0;
+  r.train.distributed.bucket_mb = std::atof(env_or("LM_DDP_BUCKET_MB", "25"));
+  r.train.hardware.device = device;
+  r.train.batch.seq_len = 32;
+  r.train.schedule.warmup_steps = 2;
+  r.train.logging.interval = 1;
+  r.train.eval.interval = 0;
+  r.train.checkpoint.interval = 0;
+  r.train.hardware.threads = 1;
   r.train.stop_at_step = std::atoi(argv[4]);
   r.resume = std::atoi(argv[5]) != 0;
   r.force = !r.resume;
@@ -62,7 +62,7 @@ int main(int argc, char** argv) {
   r.rank = env->rank;
   r.local_rank = env->local_rank;
   r.comm = comm.get();
-  lm::train::testing::SyntheticSource src(r.train.micro_batch, r.train.seq_len + 1, r.model.vocab_size,
+  lm::train::testing::SyntheticSource src(r.train.batch.micro_batch, r.train.batch.seq_len + 1, r.model.vocab_size,
                                           env->rank, env->world);
   auto sum = lm::train::fit(r, src, {});
   if (!sum.ok()) return lm::report_error(sum.status());

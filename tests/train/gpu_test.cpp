@@ -99,7 +99,7 @@ TEST_F(Gpu, EveryFastPathMatchesItsReferenceOnCuda) {
 }
 
 TEST_F(Gpu, EachSdpaBackendMatchesTheReference) {
-  // train.sdpa_backend restricts SDPA to one kernel; each that runs here must equal the reference
+  // train.hardware.sdpa_backend restricts SDPA to one kernel; each that runs here must equal the reference
   // (a backend this GPU or shape does not support throws "no available kernel": reported, not failed).
   for (const char* b : {"flash", "cudnn", "efficient"}) {
     ASSERT_TRUE(model::set_sdpa_backend(b));
@@ -127,16 +127,16 @@ TEST_F(Gpu, TrainStepHasNoHostSync) {
   r.run_dir = (std::filesystem::temp_directory_path() / ("lm_gpu_step_" + std::to_string(getpid()))).string();
   (void)lm::remove_tree(r.run_dir);
   r.model = *model::preset("tiny");
-  r.train.device = "cuda";
-  r.train.dtype = "bf16";
+  r.train.hardware.device = "cuda";
+  r.train.hardware.dtype = "bf16";
   r.train.steps = 100;
-  r.train.micro_batch = 4;
-  r.train.seq_len = 64;
-  r.train.grad_accum = 2;
-  r.train.log_interval = 1000;
-  r.train.checkpoint_interval = 0;
+  r.train.batch.micro_batch = 4;
+  r.train.batch.seq_len = 64;
+  r.train.batch.grad_accum = 2;
+  r.train.logging.interval = 1000;
+  r.train.checkpoint.interval = 0;
   r.tokenizer_hash = "tok-test";
-  testing::SyntheticSource src(r.train.micro_batch, r.train.seq_len + 1, r.model.vocab_size);
+  testing::SyntheticSource src(r.train.batch.micro_batch, r.train.batch.seq_len + 1, r.model.vocab_size);
   const ValSets no_validation;
   auto t = Trainer::create(r, src, no_validation);
   ASSERT_TRUE(t.ok()) << t.status();

@@ -82,14 +82,86 @@ TEST(Plan, MicroBatchThatFitsRespectsMemory) {
   ASSERT_TRUE(p.ok());
   ASSERT_GT(p->max_micro_batch, 0);
   const double fixed = 16.0 * p->params;
-  EXPECT_LE(fixed + activation_bytes(*cfg, p->max_micro_batch, 2048, false), 0.9 * 80e9);
-  EXPECT_GT(fixed + activation_bytes(*cfg, 2 * p->max_micro_batch, 2048, false), 0.9 * 80e9);
-  EXPECT_GE(p->max_micro_batch_ckpt, p->max_micro_batch);
-  EXPECT_LT(activation_bytes(*cfg, 4, 2048, true), activation_bytes(*cfg, 4, 2048, false));
+  EXPECT_LE(fixed + activation_bytes(*cfg, p->max_micro_batch, 2048), 0.9 * 80e9);
+  EXPECT_GT(fixed + activation_bytes(*cfg, 2 * p->max_micro_batch, 2048), 0.9 * 80e9);
+  EXPECT_TRUE(p->fits);
   // The reference attention saves the T×T scores: more memory than the fused path.
   auto ref = *cfg;
   ref.attention = "reference";
-  EXPECT_GT(activation_bytes(ref, 4, 2048, false), activation_bytes(*cfg, 4, 2048, false));
+  EXPECT_GT(activation_bytes(ref, 4, 2048), activation_bytes(*cfg, 4, 2048));
+}
+
+TEST(Plan, AMicroBatchThatDoesNotFitIsSaidWithTheLargestThatDoes) {
+  // Issue 21: `plan --micro-batch 64` on 400m printed a 249 GB total for an 80 GB card and went on.
+  PlanRequest req;
+  req.model = *model::preset("400m");
+  req.micro_batch = 64;
+  auto p = make_plan(req);
+  ASSERT_TRUE(p.ok()) << p.status();
+  EXPECT_FALSE(p->fits);
+  EXPECT_NEAR(p->memory.total() / 1e9, 249, 1) << "the total of the issue's report";
+  const std::string text = format_plan(*p, req);
+  EXPECT_NE(text.find("micro-batch 64 DOES NOT FIT; the largest power of two that fits is 16 (--micro-batch 16)"),
+            std::string::npos) << text;
+  req.micro_batch = 16;  // the suggestion fits
+  p = make_plan(req);
+  ASSERT_TRUE(p.ok());
+  EXPECT_TRUE(p->fits);
+  EXPECT_EQ(format_plan(*p, req).find("DOES NOT FIT"), std::string::npos) << format_plan(*p, req);
+  // Not even one sequence: nothing to suggest but a shorter sequence, a smaller model or more memory.
+  req.micro_batch = 0;
+  req.model = *model::preset("1b");
+  req.gpu = "4090";
+  p = make_plan(req);
+  ASSERT_TRUE(p.ok());
+  EXPECT_FALSE(p->fits);
+  EXPECT_EQ(p->max_micro_batch, 0);
+  EXPECT_NE(format_plan(*p, req).find("DOES NOT FIT even at micro-batch 1"), std::string::npos) << format_plan(*p, req);
+}
+
+TEST(Plan, NoActivationCheckpointingIsPromised) {
+  // lmforge has no activation checkpointing: the plan must not count on it or offer it.
+  for (const char* gpu : {"h100", "4090"}) {
+    PlanRequest req;
+    req.model = *model::preset("1b");
+    req.gpu = gpu;
+    auto p = make_plan(req);
+    ASSERT_TRUE(p.ok());
+    const std::string text = format_plan(*p, req);
+    size_t at = 0;
+    while ((at = text.find("checkpointing", at)) != std::string::npos) {
+      EXPECT_EQ(text.substr(at - 18, 18), "has no activation ") << gpu << ":\n" << text;
+      ++at;
+    }
+  }
+}
+
+TEST(Plan, H100VariantsHaveTheirOwnPeaksAndMemoryAsAtRunTime) {
+  // Dense bf16 peaks of the data sheets: SXM 989, PCIe 756, NVL 835 TFLOP/s; NVL has 94 GB.
+  struct Case { const char* name; double tflops, gb; const char* nvidia_smi; };
+  for (const Case& c : {Case{"h100", 989, 80, "NVIDIA H100 80GB HBM3"}, Case{"h100-sxm", 989, 80, "NVIDIA H100 80GB HBM3"},
+                        Case{"h100-pcie", 756, 80, "NVIDIA H100 PCIe"}, Case{"H100_PCIe", 756, 80, "NVIDIA H100 PCIe"},
+                        Case{"h100-nvl", 835, 94, "NVIDIA H100 NVL"}, Case{"NVIDIA H100 NVL", 835, 94, "NVIDIA H100 NVL"},
+                        Case{"h200", 989, 141, "NVIDIA H200"}, Case{"a100", 312, 80, "NVIDIA A100-SXM4-80GB"}}) {
+    PlanRequest req;
+    req.model = *model::preset("400m");
+    req.gpu = c.name;
+    auto p = make_plan(req);
+    ASSERT_TRUE(p.ok()) << c.name << ": " << p.status();
+    EXPECT_DOUBLE_EQ(p->peak_flops, c.tflops * 1e12) << c.name;
+    EXPECT_DOUBLE_EQ(p->memory_per_gpu, c.gb * 1e9) << c.name;
+    // The trainer's MFU reads the row of nvidia-smi's name (device_peak): the same row.
+    EXPECT_EQ(find_gpu(c.nvidia_smi), gpu_by_name(c.name)) << c.name << " vs " << c.nvidia_smi;
+  }
+  // Every table row has a plan name that finds it back.
+  for (const auto& name : gpu_names()) EXPECT_NE(gpu_by_name(name), nullptr) << name;
+  // A near miss is an error listing the names, not the SXM row by substring.
+  PlanRequest req;
+  req.model = *model::preset("400m");
+  req.gpu = "h100-pci";
+  auto p = make_plan(req);
+  ASSERT_FALSE(p.ok());
+  EXPECT_NE(std::string(p.status().message()).find("h100-pcie, h100-nvl, h100"), std::string::npos) << p.status();
 }
 
 TEST(Plan, BadInputNamesTheFlag) {
@@ -129,7 +201,7 @@ TrainConfig resolve_plan_fit_command(const Plan& plan, const model::ModelConfig&
   app.parse(args);
   EXPECT_EQ(preset, m.preset);
   TrainConfig tc = preset_train_config(preset);
-  flags.apply(tc);
+  EXPECT_TRUE(flags.apply(tc).ok());
   resolve_hardware(tc, /*cuda_available=*/true);
   EXPECT_TRUE(resolve(tc, m, world).ok()) << m.preset;
   return tc;
@@ -151,7 +223,7 @@ TEST(PresetDefaults, GpuPresetsUseTheLargestMicroBatchThatFitsTheirGpu) {
     EXPECT_GT(d.checkpoint_minutes, 0) << name;
   }
   EXPECT_STREQ(model::preset_training("small").hardware, "cpu");
-  EXPECT_EQ(preset_train_config("small").micro_batch, TrainConfig().micro_batch);  // the CPU demo unchanged
+  EXPECT_EQ(preset_train_config("small").batch.micro_batch, TrainConfig().batch.micro_batch);  // the CPU demo unchanged
 }
 
 TEST(PresetDefaults, PlanFitCommandResolvesToThePlan) {
@@ -170,14 +242,14 @@ TEST(PresetDefaults, PlanFitCommandResolvesToThePlan) {
     auto p = make_plan(req);
     ASSERT_TRUE(p.ok()) << p.status();
     const TrainConfig tc = resolve_plan_fit_command(*p, req.model, c.gpus);
-    EXPECT_EQ(tc.micro_batch, p->micro_batch);
-    EXPECT_EQ(tc.seq_len, p->seq_len);
-    EXPECT_EQ(tc.grad_accum, p->grad_accum);
+    EXPECT_EQ(tc.batch.micro_batch, p->micro_batch);
+    EXPECT_EQ(tc.batch.seq_len, p->seq_len);
+    EXPECT_EQ(tc.batch.grad_accum, p->grad_accum);
     EXPECT_EQ(tokens_per_step(tc, c.gpus), p->step_tokens);
     EXPECT_EQ(static_cast<double>(tc.tokens), req.tokens);
-    EXPECT_EQ(tc.device, "cuda");
-    EXPECT_EQ(tc.dtype, "bf16");
-    EXPECT_TRUE(tc.tf32);
+    EXPECT_EQ(tc.hardware.device, "cuda");
+    EXPECT_EQ(tc.hardware.dtype, "bf16");
+    EXPECT_TRUE(tc.hardware.tf32);
     EXPECT_LE(p->micro_batch, std::max<int64_t>(1, p->max_micro_batch)) << "the plan's micro-batch must fit";
     if (c.bare) {
       EXPECT_EQ(p->fit_args.size(), 6u) << fit_command(*p, req);
@@ -194,32 +266,30 @@ TEST(PresetDefaults, PlanFitCommandResolvesToThePlan) {
 TEST(PresetDefaults, HardwareAutoAndPrecedence) {
   TrainConfig gpu;
   EXPECT_NE(resolve_hardware(gpu, true).find("auto"), std::string::npos);
-  EXPECT_EQ(gpu.device, "cuda");
-  EXPECT_EQ(gpu.dtype, "bf16");
+  EXPECT_EQ(gpu.hardware.device, "cuda");
+  EXPECT_EQ(gpu.hardware.dtype, "bf16");
   TrainConfig cpu;
   resolve_hardware(cpu, false);
-  EXPECT_EQ(cpu.device, "cpu");
-  EXPECT_EQ(cpu.dtype, "fp32");
+  EXPECT_EQ(cpu.hardware.device, "cpu");
+  EXPECT_EQ(cpu.hardware.dtype, "fp32");
   TrainConfig asked;  // flags given explicitly still win
   TrainOverrides o;
-  o.device = "cpu";
-  o.dtype = "bf16";
-  o.apply(asked);
+  o.items = {{"hardware.device", "cpu", "--device"}, {"hardware.dtype", "bf16", "--dtype"}};
+  ASSERT_TRUE(o.apply(asked).ok());
   resolve_hardware(asked, true);
-  EXPECT_EQ(asked.device, "cpu");
-  EXPECT_EQ(asked.dtype, "bf16");
+  EXPECT_EQ(asked.hardware.device, "cpu");
+  EXPECT_EQ(asked.hardware.dtype, "bf16");
   // --steps clears the preset's token budget; --grad-accum its batch_tokens; a config file alike.
   TrainConfig t = preset_train_config("400m");
   TrainOverrides s;
-  s.steps = 50;
-  s.grad_accum = 2;
-  s.apply(t);
+  s.items = {{"steps", "50", "--steps"}, {"batch.grad_accum", "2", "--grad-accum"}};
+  ASSERT_TRUE(s.apply(t).ok());
   EXPECT_EQ(t.tokens, 0);
-  EXPECT_EQ(t.batch_tokens, 0);
+  EXPECT_EQ(t.batch.batch_tokens, 0);
   TrainConfig f = preset_train_config("400m");
   clear_shadowed(Json{{"steps", 10}}, f);
   EXPECT_EQ(f.tokens, 0);
-  EXPECT_EQ(f.batch_tokens, 524288);
+  EXPECT_EQ(f.batch.batch_tokens, 524288);
 }
 
 TEST(PresetDefaults, Tf32SwitchSetsTheGlobalContext) {

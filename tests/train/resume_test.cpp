@@ -29,9 +29,9 @@ fs::path temp_run(const std::string& name) {
 // Every step logged, a checkpoint every 5: the resume points these tests need.
 FitRequest tiny(const fs::path& dir, int64_t steps) {
   FitRequest r = testing::tiny_request(dir, steps);
-  r.train.warmup_steps = 3;
-  r.train.log_interval = 1;
-  r.train.checkpoint_interval = 5;
+  r.train.schedule.warmup_steps = 3;
+  r.train.logging.interval = 1;
+  r.train.checkpoint.interval = 5;
   return r;
 }
 
@@ -48,20 +48,20 @@ class ResumeTest : public ::testing::Test {
   }
   model::ModelConfig model_ = *model::preset("tiny");
   TrainConfig run_;
-  SourceOf by_flag_ = [](const std::string& f) { return f == "train.lr" ? std::string("--lr") : std::string(); };
+  SourceOf by_flag_ = [](const std::string& f) { return f == "train.optimizer.lr" ? std::string("--lr") : std::string(); };
 };
 
 // Every field that defines the run is named with both values, in one message.
 TEST_F(ResumeTest, RefusesEachChangeThatWouldAlterTheRun) {
   TrainConfig now = run_;
-  now.lr = 1e-3;
-  now.micro_batch = 4;
+  now.optimizer.lr = 1e-3;
+  now.batch.micro_batch = 4;
   model::ModelConfig m = model_;
   m.d_ff = 96;
   auto plan = plan_resume(model_, run_, m, now, 10, 1, by_flag_);
   ASSERT_FALSE(plan.ok());
   const std::string msg(plan.status().message());
-  for (const char* want : {"train.lr (--lr): the run has 0.003, now 0.001", "train.micro_batch: the run has 8, now 4",
+  for (const char* want : {"train.optimizer.lr (--lr): the run has 0.003, now 0.001", "train.batch.micro_batch: the run has 8, now 4",
                            "model.d_ff", "--resume continues the run with its own config.json"})
     EXPECT_NE(msg.find(want), std::string::npos) << want << " in: " << msg;
   EXPECT_EQ(msg.find("train.steps"), std::string::npos) << "unchanged fields are not listed: " << msg;
@@ -70,10 +70,10 @@ TEST_F(ResumeTest, RefusesEachChangeThatWouldAlterTheRun) {
 // Knobs of this invocation change freely; the same config is a plain continuation.
 TEST_F(ResumeTest, InvocationKnobsMayChange) {
   TrainConfig now = run_;
-  now.threads = 7;
+  now.hardware.threads = 7;
   now.stop_at_step = 30;
-  now.device = "cuda";
-  now.checkpoint_interval = 3;
+  now.hardware.device = "cuda";
+  now.checkpoint.interval = 3;
   auto plan = plan_resume(model_, run_, model_, now, 10, 1, by_flag_);
   ASSERT_TRUE(plan.ok()) << plan.status();
   EXPECT_TRUE(plan->notes.empty());
@@ -114,11 +114,11 @@ TEST_F(ResumeTest, RunWithoutCheckpointResumesFromStepZero) {
   auto sr = fit_on_synthetic(ref);
   ASSERT_TRUE(sr.ok()) << sr.status();
   auto r = tiny(temp_run("nockpt"), 8);
-  r.train.inject_nan_step = 2;  // stops at step 3, before the first checkpoint (step 5)
+  r.train.debug.inject_nan_step = 2;  // stops at step 3, before the first checkpoint (step 5)
   ASSERT_FALSE(fit_on_synthetic(r).ok());
   ASSERT_TRUE(fs::exists(r.run_dir + "/config.json"));
   ASSERT_FALSE(fs::exists(r.run_dir + "/latest"));
-  r.train.inject_nan_step = -1;
+  r.train.debug.inject_nan_step = -1;
   r.resume = true;
   auto s = fit_on_synthetic(r);
   ASSERT_TRUE(s.ok()) << s.status();
@@ -172,7 +172,7 @@ TEST_F(ResumeTest, NewDataKeepsTheStepButStartsTheDataOrderFresh) {
   r.resume = true;
   r.new_data = true;
   r.train.steps = 12;
-  testing::SyntheticSource src(r.train.micro_batch, r.train.seq_len + 1, r.model.vocab_size);
+  testing::SyntheticSource src(r.train.batch.micro_batch, r.train.batch.seq_len + 1, r.model.vocab_size);
   auto s = fit(r, src, {});
   ASSERT_TRUE(s.ok()) << s.status();
   EXPECT_EQ(s->start_step, 10);

@@ -51,12 +51,12 @@ struct SampledRun {
   FitRequest req;
   ValSets val;
   explicit SampledRun(const fs::path& dir, int64_t steps) : req(testing::tiny_request(dir, steps)) {
-    req.train.log_interval = 2;
-    req.train.eval_interval = 4;
-    req.train.eval_windows = 1;
-    req.train.sample_tokens = 5;
+    req.train.logging.interval = 2;
+    req.train.eval.interval = 4;
+    req.train.eval.windows = 1;
+    req.train.eval.sample_tokens = 5;
     req.codec = word_codec();
-    testing::SyntheticSource v(1, req.train.seq_len + 1, req.model.vocab_size);
+    testing::SyntheticSource v(1, req.train.batch.seq_len + 1, req.model.vocab_size);
     std::vector<int32_t> flat;
     for (const char* lang : {"bn", "en"}) {
       v.next(&flat);
@@ -66,7 +66,7 @@ struct SampledRun {
     }
   }
   absl::StatusOr<FitSummary> fit() {
-    testing::SyntheticSource src(req.train.micro_batch, req.train.seq_len + 1, req.model.vocab_size);
+    testing::SyntheticSource src(req.train.batch.micro_batch, req.train.batch.seq_len + 1, req.model.vocab_size);
     return train::fit(req, src, val);
   }
 };
@@ -87,7 +87,7 @@ TEST_F(SamplesTest, WrittenAtEachValidationFromTheValidationText) {
   for (size_t i = 0; i < rows->size(); ++i) {
     const Json& row = (*rows)[i];
     EXPECT_EQ(row["step"], 4 * static_cast<int64_t>(i + 1));
-    EXPECT_EQ(row["tokens"], row["step"].get<int64_t>() * run.req.train.micro_batch * run.req.train.seq_len);
+    EXPECT_EQ(row["tokens"], row["step"].get<int64_t>() * run.req.train.batch.micro_batch * run.req.train.batch.seq_len);
     EXPECT_GE(row["seconds"].get<double>(), 0.0);
     ASSERT_EQ(row["samples"].size(), 2u);
     int64_t generated = 0;
@@ -107,7 +107,7 @@ TEST_F(SamplesTest, WrittenAtEachValidationFromTheValidationText) {
 
 TEST_F(SamplesTest, ConfigPromptsAndOffSwitch) {
   SampledRun run(temp_run("prompts"), 8);
-  run.req.train.sample_prompts = {"w5 w6 w7", "w40"};
+  run.req.train.eval.sample_prompts = {"w5 w6 w7", "w40"};
   ASSERT_TRUE(run.fit().ok());
   auto rows = read_metrics(RunFolder(run.req.run_dir).samples());
   ASSERT_TRUE(rows.ok());
@@ -117,7 +117,7 @@ TEST_F(SamplesTest, ConfigPromptsAndOffSwitch) {
   EXPECT_EQ((*rows)[0]["samples"][1]["prompt"], "w40");
   // Off: no file, and the same training trajectory (greedy decoding draws no random numbers).
   SampledRun off(temp_run("off"), 8);
-  off.req.train.sample_tokens = 0;
+  off.req.train.eval.sample_tokens = 0;
   auto s_off = off.fit();
   ASSERT_TRUE(s_off.ok());
   EXPECT_FALSE(fs::exists(RunFolder(off.req.run_dir).samples()));
@@ -129,7 +129,7 @@ TEST_F(SamplesTest, ConfigPromptsAndOffSwitch) {
 
 TEST_F(SamplesTest, ResumeCutsSamplesBackToTheCheckpoint) {
   SampledRun run(temp_run("resume"), 16);
-  run.req.train.checkpoint_interval = 4;
+  run.req.train.checkpoint.interval = 4;
   run.req.train.stop_at_step = 12;
   ASSERT_TRUE(run.fit().ok());
   // Killed after step 12's samples but before its checkpoint landed: `latest` names step 8.

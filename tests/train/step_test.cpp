@@ -100,19 +100,19 @@ class StepRun : public ::testing::Test {
     r.run_dir = dir.string();
     r.model = *model::preset("tiny");
     r.train.steps = steps;
-    r.train.micro_batch = 2;
-    r.train.seq_len = 16;
-    r.train.warmup_steps = 2;
-    r.train.log_interval = 5;
-    r.train.eval_interval = 0;
-    r.train.checkpoint_interval = 10;
-    r.train.threads = 1;
-    r.train.verify_at_start = false;
+    r.train.batch.micro_batch = 2;
+    r.train.batch.seq_len = 16;
+    r.train.schedule.warmup_steps = 2;
+    r.train.logging.interval = 5;
+    r.train.eval.interval = 0;
+    r.train.checkpoint.interval = 10;
+    r.train.hardware.threads = 1;
+    r.train.debug.verify_at_start = false;
     r.tokenizer_hash = "tok-test";
     return r;
   }
   absl::StatusOr<FitSummary> run(const FitRequest& r) {
-    testing::SyntheticSource src(r.train.micro_batch, r.train.seq_len + 1, r.model.vocab_size);
+    testing::SyntheticSource src(r.train.batch.micro_batch, r.train.batch.seq_len + 1, r.model.vocab_size);
     return fit(r, src, {});
   }
 };
@@ -138,7 +138,7 @@ TEST_F(StepRun, ANonFiniteStepBetweenReadsIsSkippedNamedAndLogged) {
   // The NaN gradient at step 7 (1-based) is learnt of at the step-10 read: the error names step 7
   // and its parameter, and the step-10 checkpoint is not written (latest stays none).
   auto r = request("late_nan", 30);
-  r.train.inject_nan_step = 6;
+  r.train.debug.inject_nan_step = 6;
   auto s = run(r);
   ASSERT_FALSE(s.ok());
   const std::string msg(s.status().message());
@@ -157,7 +157,7 @@ namespace {
 TEST_F(StepRun, ABrokenFastPathFallsBackAtStartUpAndSaysSoInEveryLine) {
   model::set_debug_break_fast_path("attention.sdpa");
   auto r = request("fallback", 5);
-  r.train.verify_at_start = true;
+  r.train.debug.verify_at_start = true;
   auto s = run(r);
   model::set_debug_break_fast_path("");
   ASSERT_TRUE(s.ok()) << s.status();
@@ -190,10 +190,10 @@ namespace {
 
 TEST_F(StepRun, AnUnknownSdpaBackendIsRefusedNamingTheField) {
   auto r = request("sdpa", 2);
-  r.train.sdpa_backend = "fast";
+  r.train.hardware.sdpa_backend = "fast";
   auto s = run(r);
   ASSERT_FALSE(s.ok());
-  EXPECT_NE(std::string(s.status().message()).find("train.sdpa_backend: unknown backend 'fast'"), std::string::npos)
+  EXPECT_NE(std::string(s.status().message()).find("train.hardware.sdpa_backend: unknown backend 'fast'"), std::string::npos)
       << s.status();
 }
 

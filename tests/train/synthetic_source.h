@@ -51,20 +51,20 @@ inline FitRequest tiny_request(const std::filesystem::path& dir, int64_t steps) 
   r.run_dir = dir.string();
   r.model = *model::preset("tiny");
   r.train.steps = steps;
-  r.train.micro_batch = 4;
-  r.train.seq_len = 32;
-  r.train.warmup_steps = 5;
-  r.train.log_interval = 5;
-  r.train.eval_interval = 0;
-  r.train.checkpoint_interval = 10;
-  r.train.threads = 2;
+  r.train.batch.micro_batch = 4;
+  r.train.batch.seq_len = 32;
+  r.train.schedule.warmup_steps = 5;
+  r.train.logging.interval = 5;
+  r.train.eval.interval = 0;
+  r.train.checkpoint.interval = 10;
+  r.train.hardware.threads = 2;
   r.tokenizer_hash = "tok-test";
   return r;
 }
 
 // fit() on a fresh SyntheticSource shaped for the request (one rank).
 inline absl::StatusOr<FitSummary> fit_synthetic(const FitRequest& r) {
-  SyntheticSource src(r.train.micro_batch, r.train.seq_len + 1, r.model.vocab_size);
+  SyntheticSource src(r.train.batch.micro_batch, r.train.batch.seq_len + 1, r.model.vocab_size);
   return fit(r, src, {});
 }
 

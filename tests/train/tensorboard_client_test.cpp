@@ -31,13 +31,13 @@ TEST(TensorBoardClient, ReadsTheRunsScalarsThroughAResume) {
   r.run_dir = dir.string();
   r.model = *model::preset("tiny");
   r.train.steps = 20;
-  r.train.micro_batch = 2;
-  r.train.seq_len = 16;
-  r.train.log_interval = 5;
-  r.train.eval_interval = 0;
-  r.train.checkpoint_interval = 10;
+  r.train.batch.micro_batch = 2;
+  r.train.batch.seq_len = 16;
+  r.train.logging.interval = 5;
+  r.train.eval.interval = 0;
+  r.train.checkpoint.interval = 10;
   r.tokenizer_hash = "tok-test";
-  testing::SyntheticSource src(r.train.micro_batch, r.train.seq_len + 1, r.model.vocab_size);
+  testing::SyntheticSource src(r.train.batch.micro_batch, r.train.batch.seq_len + 1, r.model.vocab_size);
   ASSERT_TRUE(fit(r, src, {}).ok());
   // A crash before step 20's checkpoint was committed: `latest` still names step 10, while the
   // first event file already holds steps 15 and 20. The resumed run logs them again; TensorBoard
@@ -46,7 +46,7 @@ TEST(TensorBoardClient, ReadsTheRunsScalarsThroughAResume) {
   fs::remove_all(run.checkpoint(20));
   ASSERT_TRUE(write_file_atomic(run.latest(), RunFolder::step_name(10)).ok());
   r.resume = true;
-  testing::SyntheticSource src2(r.train.micro_batch, r.train.seq_len + 1, r.model.vocab_size);
+  testing::SyntheticSource src2(r.train.batch.micro_batch, r.train.batch.seq_len + 1, r.model.vocab_size);
   ASSERT_TRUE(fit(r, src2, {}).ok());
 
   // Every loss of metrics.jsonl, at its step, is what TensorBoard shows; nothing else.

@@ -45,33 +45,33 @@ class TrainTest : public ::testing::Test {
 
 TEST_F(TrainTest, LearningRateSchedules) {
   TrainConfig c;
-  c.lr = 1.0; c.steps = 110; c.warmup_steps = 10; c.min_lr_ratio = 0.1;
+  c.optimizer.lr = 1.0; c.steps = 110; c.schedule.warmup_steps = 10; c.schedule.min_lr_ratio = 0.1;
   EXPECT_DOUBLE_EQ(lr_at(c, 0), 0.1);   // warmup is linear from lr/warmup
   EXPECT_DOUBLE_EQ(lr_at(c, 9), 1.0);
   EXPECT_DOUBLE_EQ(lr_at(c, 10), 1.0);  // cosine starts at the peak
   EXPECT_NEAR(lr_at(c, 10 + 99 / 2.0), 0.55, 0.01);  // half way: (1 + 0.1) / 2
   EXPECT_DOUBLE_EQ(lr_at(c, 109), 0.1);  // ends at min_lr
-  c.schedule = "wsd"; c.decay_fraction = 0.2;  // decay over the last 22 steps
+  c.schedule.kind = "wsd"; c.schedule.decay_fraction = 0.2;  // decay over the last 22 steps
   EXPECT_DOUBLE_EQ(lr_at(c, 50), 1.0);
   EXPECT_DOUBLE_EQ(lr_at(c, 87), 1.0);
   EXPECT_NEAR(lr_at(c, 98), 1.0 - 0.9 * 11.0 / 22.0, 1e-12);
   EXPECT_DOUBLE_EQ(lr_at(c, 109), 0.1);
-  c.schedule = "constant";
+  c.schedule.kind = "constant";
   EXPECT_DOUBLE_EQ(lr_at(c, 100), 1.0);
 }
 
 TEST_F(TrainTest, ConfigErrorsNameTheField) {
   TrainConfig c;
-  c.micro_batch = -4;
+  c.batch.micro_batch = -4;
   auto st = resolve(c, *model::preset("tiny"));
   ASSERT_FALSE(st.ok());
-  EXPECT_NE(std::string(st.message()).find("train.micro_batch: must be positive, got -4"), std::string::npos);
+  EXPECT_NE(std::string(st.message()).find("train.batch.micro_batch: must be positive, got -4"), std::string::npos);
   TrainConfig d;
-  d.batch_tokens = 1000;  // not a multiple of 8*128
+  d.batch.batch_tokens = 1000;  // not a multiple of 8*128
   EXPECT_FALSE(resolve(d, *model::preset("tiny")).ok());
-  d.batch_tokens = 8 * 128 * 4;
+  d.batch.batch_tokens = 8 * 128 * 4;
   ASSERT_TRUE(resolve(d, *model::preset("tiny")).ok());
-  EXPECT_EQ(d.grad_accum, 4);
+  EXPECT_EQ(d.batch.grad_accum, 4);
   TrainConfig e;
   e.tokens = 10000;  // 10000 / 1024 tokens per step -> 10 steps
   ASSERT_TRUE(resolve(e, *model::preset("tiny")).ok());
@@ -80,12 +80,12 @@ TEST_F(TrainTest, ConfigErrorsNameTheField) {
   // tests/fuzz/corpus/fuzz_config/crash-tokens-per-step-overflow).
   TrainConfig f;
   f.tokens = 2000000;
-  f.grad_accum = 88888888883888883;
+  f.batch.grad_accum = 88888888883888883;
   auto sf = resolve(f, *model::preset("tiny"));
   ASSERT_FALSE(sf.ok());
-  EXPECT_NE(std::string(sf.message()).find("train.grad_accum: 88888888883888883 micro-batches"), std::string::npos) << sf;
+  EXPECT_NE(std::string(sf.message()).find("train.batch.grad_accum: 88888888883888883 micro-batches"), std::string::npos) << sf;
   TrainConfig g;
-  g.micro_batch = int64_t{1} << 60;
+  g.batch.micro_batch = int64_t{1} << 60;
   auto sg = resolve(g, *model::preset("tiny"));
   ASSERT_FALSE(sg.ok());
   EXPECT_NE(std::string(sg.message()).find("overflow a 64-bit count"), std::string::npos) << sg;
@@ -121,7 +121,7 @@ TEST_F(TrainTest, AdamWMatchesClosedFormFirstStep) {
   auto p = torch::tensor({1.0f, -2.0f, 3.0f}).requires_grad_(true);
   p.mutable_grad() = torch::tensor({0.5f, -0.25f, 2.0f});
   TrainConfig c;
-  c.weight_decay = 0;
+  c.optimizer.weight_decay = 0;
   AdamW opt({{"w", p}}, c);
   opt.step(0.1);
   auto want = torch::tensor({0.9f, -1.9f, 2.9f});
@@ -131,9 +131,9 @@ TEST_F(TrainTest, AdamWMatchesClosedFormFirstStep) {
 TEST_F(TrainTest, AccumulationEqualsOneLargerBatch) {
   // 4 micro-batches of 2 rows vs 1 batch of 8 rows, same rows in the same order.
   auto a = tiny_request(temp_run("accum_a"), 3);
-  a.train.micro_batch = 2; a.train.grad_accum = 4;
+  a.train.batch.micro_batch = 2; a.train.batch.grad_accum = 4;
   auto b = tiny_request(temp_run("accum_b"), 3);
-  b.train.micro_batch = 8; b.train.grad_accum = 1;
+  b.train.batch.micro_batch = 8; b.train.batch.grad_accum = 1;
   auto sa = run_fit(a);
   auto sb = run_fit(b);
   ASSERT_TRUE(sa.ok()) << sa.status();
@@ -184,8 +184,8 @@ TEST_F(TrainTest, ResumeIsBitIdentical) {
 
 TEST_F(TrainTest, KeepLastK) {
   auto r = tiny_request(temp_run("keep"), 40);
-  r.train.checkpoint_interval = 5;
-  r.train.keep_last = 2;
+  r.train.checkpoint.interval = 5;
+  r.train.checkpoint.keep_last = 2;
   ASSERT_TRUE(run_fit(r).ok());
   int n = 0;
   for (auto& e : fs::directory_iterator(r.run_dir + "/checkpoints")) { (void)e; ++n; }
@@ -197,7 +197,7 @@ TEST_F(TrainTest, KeepLastK) {
 
 TEST_F(TrainTest, NaNStopsWithLastCheckpointIntact) {
   auto r = tiny_request(temp_run("nan"), 30);
-  r.train.inject_nan_step = 14;  // 0-based: the 15th step, after the step-10 checkpoint
+  r.train.debug.inject_nan_step = 14;  // 0-based: the 15th step, after the step-10 checkpoint
   auto s = run_fit(r);
   ASSERT_FALSE(s.ok());
   const std::string msg(s.status().message());
@@ -209,7 +209,7 @@ TEST_F(TrainTest, NaNStopsWithLastCheckpointIntact) {
   model::Transformer m(r.model);
   EXPECT_TRUE(load_model(*ck, m).ok());
   // And the run resumes from it (with the fault gone).
-  r.train.inject_nan_step = -1;
+  r.train.debug.inject_nan_step = -1;
   r.resume = true;
   auto again = run_fit(r);
   ASSERT_TRUE(again.ok()) << again.status();
@@ -218,8 +218,8 @@ TEST_F(TrainTest, NaNStopsWithLastCheckpointIntact) {
 
 TEST_F(TrainTest, NaNInTheLossStopsNamingStepAndParameter) {
   auto r = tiny_request(temp_run("nan_loss"), 30);
-  r.train.inject_nan_step = 14;
-  r.train.inject_nan_in = "loss";
+  r.train.debug.inject_nan_step = 14;
+  r.train.debug.inject_nan_in = "loss";
   auto s = run_fit(r);
   ASSERT_FALSE(s.ok());
   const std::string msg(s.status().message());
@@ -239,8 +239,8 @@ std::vector<Json> metrics_lines(const std::string& run_dir) {
 TEST_F(TrainTest, NaNSkipLeavesWeightsAsBeforeCountsAndContinues) {
   // Steps 15 and 16 (1-based) get a NaN gradient; with train.nan_skip_limit 2 both are skipped.
   auto a = tiny_request(temp_run("skip_a"), 30);
-  a.train.inject_nan_step = 14;
-  a.train.inject_nan_steps = 2;
+  a.train.debug.inject_nan_step = 14;
+  a.train.debug.inject_nan_steps = 2;
   a.train.nan_skip_limit = 2;
   a.train.stop_at_step = 16;
   auto sa = run_fit(a);
@@ -279,8 +279,8 @@ TEST_F(TrainTest, NaNSkipLeavesWeightsAsBeforeCountsAndContinues) {
 
 TEST_F(TrainTest, NaNSkipStopsOnceTheLimitIsSpent) {
   auto r = tiny_request(temp_run("skip_limit"), 30);
-  r.train.inject_nan_step = 14;
-  r.train.inject_nan_steps = 2;
+  r.train.debug.inject_nan_step = 14;
+  r.train.debug.inject_nan_steps = 2;
   r.train.nan_skip_limit = 1;
   auto s = run_fit(r);
   ASSERT_FALSE(s.ok());
@@ -294,8 +294,8 @@ TEST_F(TrainTest, NaNSkipStopsOnceTheLimitIsSpent) {
 TEST_F(TrainTest, NaNSkipCountIsInTheCheckpoint) {
   // Stop right after the first skip: the resumed run must know the one skip is spent.
   auto r = tiny_request(temp_run("skip_resume_limit"), 30);
-  r.train.inject_nan_step = 14;
-  r.train.inject_nan_steps = 2;
+  r.train.debug.inject_nan_step = 14;
+  r.train.debug.inject_nan_steps = 2;
   r.train.nan_skip_limit = 1;
   r.train.stop_at_step = 15;
   auto s1 = run_fit(r);
@@ -313,8 +313,8 @@ TEST_F(TrainTest, NaNSkipCountIsInTheCheckpoint) {
 
 TEST_F(TrainTest, NaNSkipResumeIsBitIdentical) {
   auto full = tiny_request(temp_run("skip_full"), 30);
-  full.train.inject_nan_step = 14;
-  full.train.inject_nan_steps = 2;
+  full.train.debug.inject_nan_step = 14;
+  full.train.debug.inject_nan_steps = 2;
   full.train.nan_skip_limit = 3;
   auto sf = run_fit(full);
   ASSERT_TRUE(sf.ok()) << sf.status();
@@ -356,11 +356,11 @@ TEST_F(TrainTest, ResavingTheLatestStepLeavesItInPlace) {
   EXPECT_NE(*read_file(r.run_dir + "/checkpoints/step-00000011/model.safetensors"), before);
 }
 
-// Checkpoints by wall-clock minutes (train.checkpoint_minutes): they happen without a step
+// Checkpoints by wall-clock minutes (train.checkpoint.minutes): they happen without a step
 // interval, and a resume from one is exact (bit-identical to the uninterrupted run).
 TEST_F(TrainTest, TimeBasedCheckpointResumesExactly) {
   auto full = tiny_request(temp_run("time_full"), 30);
-  full.train.checkpoint_interval = 0;
+  full.train.checkpoint.interval = 0;
   auto sf = run_fit(full);
   ASSERT_TRUE(sf.ok()) << sf.status();
   auto steps_saved = [](const std::string& run) {
@@ -372,9 +372,9 @@ TEST_F(TrainTest, TimeBasedCheckpointResumesExactly) {
   EXPECT_EQ(steps_saved(full.run_dir), std::vector<std::string>{"step-00000030"});  // no period: only the last
 
   auto timed = tiny_request(temp_run("time_ckpt"), 30);
-  timed.train.checkpoint_interval = 0;
-  timed.train.checkpoint_minutes = 1e-9;  // due after every step (rank 0's clock)
-  timed.train.keep_last = 100;
+  timed.train.checkpoint.interval = 0;
+  timed.train.checkpoint.minutes = 1e-9;  // due after every step (rank 0's clock)
+  timed.train.checkpoint.keep_last = 100;
   auto st = run_fit(timed);
   ASSERT_TRUE(st.ok()) << st.status();
   const auto saved = steps_saved(timed.run_dir);
@@ -459,7 +459,7 @@ TEST_F(TrainTest, ResumeRefusesOtherConfigTokenizerOrLayout) {
   other = r;
   other.resume = true;
   other.world_size = 2;
-  other.train.micro_batch = 2;
+  other.train.batch.micro_batch = 2;
   s = run_fit(other);
   ASSERT_FALSE(s.ok());
   // Existing run without --resume or --force.

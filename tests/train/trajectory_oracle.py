@@ -55,12 +55,14 @@ def save_safetensors(path, tensors):
 def lr_at(tc, step):
     """TrainConfig's schedule: linear warmup to lr over warmup_steps, then cosine from the end of
     warmup to the last step down to min_lr_ratio * lr (or constant; wsd is not used here)."""
-    lr, min_lr, warm, total = tc["lr"], tc["lr"] * tc["min_lr_ratio"], tc["warmup_steps"], tc["steps"]
+    sched = tc["schedule"]
+    lr, min_lr, warm, total = tc["optimizer"]["lr"], tc["optimizer"]["lr"] * sched["min_lr_ratio"], \
+        sched["warmup_steps"], tc["steps"]
     if warm > 0 and step < warm:
         return lr * (step + 1) / warm
-    if tc["schedule"] == "constant":
+    if sched["kind"] == "constant":
         return lr
-    assert tc["schedule"] == "cosine", "the oracle knows cosine and constant only"
+    assert sched["kind"] == "cosine", "the oracle knows cosine and constant only"
     frac = min(1.0, (step - warm) / max(1, total - warm - 1))
     return min_lr + 0.5 * (lr - min_lr) * (1 + math.cos(math.pi * frac))
 
@@ -84,17 +86,18 @@ def run_case(d):
     init = llama_ref.load_safetensors(os.path.join(d, "init.safetensors"))
     tokens = llama_ref.load_safetensors(os.path.join(d, "batches.safetensors"))["tokens"]
     steps, accum = tokens.shape[0], tokens.shape[1]
-    assert steps == tc["steps"] and accum == tc["grad_accum"], (tokens.shape, tc["steps"], tc["grad_accum"])
+    assert steps == tc["steps"] and accum == tc["batch"]["grad_accum"], (tokens.shape, tc["steps"], tc["batch"])
+    opt_cfg = tc["optimizer"]
 
     params = {k: v.float().clone().requires_grad_(True) for k, v in init.items()}
     # nanoGPT's configure_optimizers split: matrices decay; norms (1-D) and the token embedding
-    # (unless train.decay_embeddings) do not.
+    # (unless train.optimizer.decay_embeddings) do not.
     decay = [p for n, p in params.items()
-             if p.dim() >= 2 and ("embed_tokens" not in n or tc["decay_embeddings"])]
+             if p.dim() >= 2 and ("embed_tokens" not in n or opt_cfg["decay_embeddings"])]
     no_decay = [p for n, p in params.items() if not any(p is q for q in decay)]
-    opt = torch.optim.AdamW([{"params": decay, "weight_decay": tc["weight_decay"]},
+    opt = torch.optim.AdamW([{"params": decay, "weight_decay": opt_cfg["weight_decay"]},
                              {"params": no_decay, "weight_decay": 0.0}],
-                            lr=tc["lr"], betas=(tc["beta1"], tc["beta2"]), eps=tc["eps"])
+                            lr=opt_cfg["lr"], betas=(opt_cfg["beta1"], opt_cfg["beta2"]), eps=opt_cfg["eps"])
     losses, norms, lrs = [], [], []
     for step in range(steps):
         lr = lr_at(tc, step)
@@ -109,7 +112,7 @@ def run_case(d):
                                                      window[:, 1:].reshape(-1)) / accum
             loss.backward()
             step_loss += loss.item()
-        norm = torch.nn.utils.clip_grad_norm_(list(params.values()), tc["grad_clip"]) if tc["grad_clip"] > 0 \
+        norm = torch.nn.utils.clip_grad_norm_(list(params.values()), opt_cfg["grad_clip"]) if opt_cfg["grad_clip"] > 0 \
             else torch.linalg.vector_norm(torch.stack([p.grad.norm() for p in params.values()]))
         opt.step()
         losses.append(step_loss)

@@ -70,19 +70,19 @@ FitRequest trajectory_request(const fs::path& run, bool tied) {
   r.model.tie_embeddings = tied;
   TrainConfig& t = r.train;
   t.steps = 10;
-  t.micro_batch = 4;
-  t.seq_len = 32;
-  t.grad_accum = 2;
-  t.lr = 1e-2;  // large enough that each step moves the weights well above fp32 noise
-  t.warmup_steps = 3;
-  t.schedule = "cosine";
-  t.weight_decay = 0.1;
-  t.grad_clip = 1.0;
-  t.log_interval = 1;  // every step's grad_norm and lr in metrics.jsonl
-  t.eval_interval = 0;
-  t.checkpoint_interval = 0;
-  t.threads = 1;  // tiny model; OpenMP workers spin-waiting on a busy machine cost more than they give
-  t.peak_flops = 1e12;  // for MFU only; saves measuring the CPU's peak
+  t.batch.micro_batch = 4;
+  t.batch.seq_len = 32;
+  t.batch.grad_accum = 2;
+  t.optimizer.lr = 1e-2;  // large enough that each step moves the weights well above fp32 noise
+  t.schedule.warmup_steps = 3;
+  t.schedule.kind = "cosine";
+  t.optimizer.weight_decay = 0.1;
+  t.optimizer.grad_clip = 1.0;
+  t.logging.interval = 1;  // every step's grad_norm and lr in metrics.jsonl
+  t.eval.interval = 0;
+  t.checkpoint.interval = 0;
+  t.hardware.threads = 1;  // tiny model; OpenMP workers spin-waiting on a busy machine cost more than they give
+  t.logging.peak_flops = 1e12;  // for MFU only; saves measuring the CPU's peak
   r.tokenizer_hash = "tok-trajectory";
   return r;
 }
@@ -113,12 +113,12 @@ void run_lmforge(Case& c) {
   init->init_weights(c.req.train.seed);
   LM_ASSERT_OK(model::save_safetensors((c.dir / "init.safetensors").string(), model::module_state(*init)));
   const TrainConfig& t = c.req.train;
-  RecordingSource src(t.micro_batch, t.seq_len + 1, c.req.model.vocab_size);
+  RecordingSource src(t.batch.micro_batch, t.batch.seq_len + 1, c.req.model.vocab_size);
   auto sum = fit(c.req, src, {});
   LM_ASSERT_OK(sum.status());
   ASSERT_EQ(static_cast<int64_t>(sum->losses.size()), t.steps);
   c.losses = sum->losses;
-  auto tokens = torch::tensor(src.seen(), torch::kInt64).reshape({t.steps, t.grad_accum, t.micro_batch, t.seq_len + 1});
+  auto tokens = torch::tensor(src.seen(), torch::kInt64).reshape({t.steps, t.batch.grad_accum, t.batch.micro_batch, t.batch.seq_len + 1});
   LM_ASSERT_OK(model::save_safetensors((c.dir / "batches.safetensors").string(), {{"tokens", tokens}}));
   fs::copy_file(c.dir / "run" / "config.json", c.dir / "config.json");
 }
@@ -142,7 +142,7 @@ void compare(Case& c) {
     EXPECT_NEAR(c.losses[s], loss, kLossTol) << c.name << " step " << s + 1 << ": loss, lmforge vs torch";
     EXPECT_NEAR(m["grad_norm"].get<double>(), gn, kGradNormTol * gn) << c.name << " step " << s + 1 << ": grad norm";
     EXPECT_NEAR(m["lr"].get<double>(), lr, kLrTol * lr) << c.name << " step " << s + 1 << ": learning rate";
-    clipped += gn > t.grad_clip;
+    clipped += gn > t.optimizer.grad_clip;
     worst_loss = std::max(worst_loss, std::abs(c.losses[s] - loss));
     worst_gn = std::max(worst_gn, std::abs(m["grad_norm"].get<double>() - gn) / gn);
   }
