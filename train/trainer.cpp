@@ -605,7 +605,7 @@ void Trainer::write_samples() {
                                    "**" + s["prompt"].get<std::string>() + "**" + s["completion"].get<std::string>(),
                                    unix_seconds());
   if (!samples_announced_)
-    log_info("text samples: %d prompts, %d new tokens in %.2f s at each validation (samples.jsonl; "
+    log_info("text samples: %d prompts, %d new tokens in %.3g s at each validation (samples.jsonl; "
              "train.eval.sample_tokens 0 turns them off)",
              sample_prompts_.size(), row["new_tokens"].get<int64_t>(), row["seconds"].get<double>());
   samples_announced_ = true;
