@@ -211,6 +211,12 @@ void log_passes(const data::BatchSampler& sampler, const train::TrainConfig& tc,
   data::warn_passes(passes, tokens, "fit");
 }
 
+// The tokenizer as the trainer's text codec; `tok` outlives the fit that uses it.
+train::TextCodec text_codec(const tokenizer::Tokenizer& tok) {
+  return {[&tok](std::string_view t) { return tok.encode(t); },
+          [&tok](const std::vector<int32_t>& ids) { return tok.decode(ids); }, tok.bos_id(), tok.eos_id()};
+}
+
 }  // namespace
 
 absl::Status run_fit(const FitOptions& o) {
@@ -251,6 +257,7 @@ absl::Status run_fit(const FitOptions& o) {
   req.model = rf.model;
   req.train = tc;
   req.tokenizer_hash = tok.hash();
+  req.codec = text_codec(tok);  // text samples at validation (train/samples.h)
   req.world_size = env.world;
   req.rank = env.rank;
   req.local_rank = env.local_rank;

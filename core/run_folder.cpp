@@ -47,6 +47,7 @@ absl::Status RunFolder::open(bool resume, bool force) const {
     LM_RETURN_IF_ERROR(remove_tree(checkpoints()));
     fs::remove(latest(), ec);
     fs::remove(metrics(), ec);
+    fs::remove(samples(), ec);
     LM_RETURN_IF_ERROR(remove_tree(tensorboard()));
   }
   fs::create_directories(dir_, ec);

@@ -3,6 +3,7 @@
 //   config.json    the resolved {"model", "train", "data", "tokenizer_hash", "world_size"}
 //   tokenizer/     spm.model + tokenizer.json (a run is self-contained)
 //   metrics.jsonl  one JSON object per logged step
+//   samples.jsonl  text the model wrote at each validation step (train.sample_tokens)
 //   tensorboard/   the same values as TensorBoard event files (one file per start or resume)
 //   checkpoints/step-00000100/  model.safetensors, optimizer.safetensors, trainer.json
 //   latest         the name of the newest complete checkpoint ("step-00000100"), moved last
@@ -28,6 +29,7 @@ class RunFolder {
   std::string config() const { return path("config.json"); }
   std::string tokenizer() const { return path("tokenizer"); }
   std::string metrics() const { return path("metrics.jsonl"); }
+  std::string samples() const { return path("samples.jsonl"); }  // text samples at validation steps
   std::string tensorboard() const { return path("tensorboard"); }  // event files of metrics.jsonl's values
   std::string checkpoints() const { return path("checkpoints"); }
   std::string checkpoint(int64_t step) const { return checkpoint(step_name(step)); }

@@ -283,8 +283,10 @@ std::string plot_svg(const Plot& p, int w, int h) {
 }
 
 std::string plot_png(const Plot& p, int w, int h) {
-  // Text is the 5x7 font at 2x, so the frame margins are wider than the SVG's.
-  Frame f{w, h, 100, 20, 40, 60};
+  // Text is the 5x7 font at `sc`x (2x up to 800 px wide, 3x at 1280): the frame margins and
+  // strokes grow with it, so a PNG at twice the SVG's size reads like the SVG scaled up.
+  const int sc = std::max(2, w / 400), r = sc / 2;
+  Frame f{w, h, 50 * sc, 10 * sc, 20 * sc, 30 * sc};
   f.xr = range_of(p, true);
   f.yr = range_of(p, false);
   Canvas cv(w, h);
@@ -293,24 +295,24 @@ std::string plot_png(const Plot& p, int w, int h) {
     if (t < f.yr.lo || t > f.yr.hi) continue;
     cv.line(f.left, f.py(t), w - f.right, f.py(t), 0, grid);
     const std::string l = tick_label(t);
-    cv.text(f.left - 8 - text_width(l, 2), static_cast<int>(f.py(t)) - 7, l, 2, ink);
+    cv.text(f.left - 4 * sc - text_width(l, sc), static_cast<int>(f.py(t)) - 7 * sc / 2, l, sc, ink);
   }
   for (double t : ticks(f.xr)) {
     if (t < f.xr.lo || t > f.xr.hi) continue;
     cv.line(f.px(t), f.top, f.px(t), h - f.bottom, 0, grid);
     const std::string l = tick_label(t);
-    cv.text(static_cast<int>(f.px(t)) - text_width(l, 2) / 2, h - f.bottom + 8, l, 2, ink);
+    cv.text(static_cast<int>(f.px(t)) - text_width(l, sc) / 2, h - f.bottom + 4 * sc, l, sc, ink);
   }
   cv.line(f.left, f.top, w - f.right, f.top, 0, ink);
   cv.line(f.left, h - f.bottom, w - f.right, h - f.bottom, 0, ink);
   cv.line(f.left, f.top, f.left, h - f.bottom, 0, ink);
   cv.line(w - f.right, f.top, w - f.right, h - f.bottom, 0, ink);
-  cv.text(f.left, 10, p.title, 2, 0x000000);
-  cv.text((f.left + w - f.right - text_width(p.x_label, 2)) / 2, h - 24, p.x_label, 2, ink);
+  cv.text(f.left, 5 * sc, p.title, sc, 0x000000);
+  cv.text((f.left + w - f.right - text_width(p.x_label, sc)) / 2, h - 12 * sc, p.x_label, sc, ink);
   // y label: written horizontally above the axis (no rotated glyphs in the bitmap font).
-  cv.text(std::max(4, w - f.right - text_width(p.y_label, 2)), 10, p.y_label, 2, 0x777777);
+  cv.text(std::max(4, w - f.right - text_width(p.y_label, sc)), 5 * sc, p.y_label, sc, 0x777777);
   int legend_w = 0;
-  for (const auto& se : p.series) legend_w = std::max(legend_w, 40 + text_width(se.name, 2));
+  for (const auto& se : p.series) legend_w = std::max(legend_w, 20 * sc + text_width(se.name, sc));
   for (size_t i = 0; i < p.series.size(); ++i) {
     const Series& se = p.series[i];
     const uint32_t c = parse_color(color_of(se, i));
@@ -319,21 +321,22 @@ std::string plot_png(const Plot& p, int w, int h) {
     for (size_t k = 0; k < se.x.size() && k < se.y.size(); ++k) {
       if (!std::isfinite(se.y[k])) continue;
       const double x = f.px(se.x[k]), y = f.py(se.y[k]);
-      if (have) cv.line(lx, ly, x, y, 1, c, se.dashed ? 6 : 0);
-      if (se.markers) cv.dot(std::lround(x), std::lround(y), 3, c);
+      if (have) cv.line(lx, ly, x, y, r, c, se.dashed ? 3 * sc : 0);
+      if (se.markers) cv.dot(std::lround(x), std::lround(y), 2 * sc, c);
       lx = x, ly = y, have = true;
     }
   }
   // Legend on a white box so curves never hide it.
-  const int lxx = w - f.right - legend_w - 10;
-  for (int y = f.top + 4; y < f.top + 8 + 22 * static_cast<int>(p.series.size()); ++y)
+  const int lxx = w - f.right - legend_w - 5 * sc, row = 11 * sc;
+  for (int y = f.top + 2 * sc; y < f.top + 4 * sc + row * static_cast<int>(p.series.size()); ++y)
     for (int x = lxx - 6; x < w - f.right - 2; ++x) cv.set(x, y, 0xffffff);
   for (size_t i = 0; i < p.series.size(); ++i) {
     const Series& se = p.series[i];
     const uint32_t c = parse_color(color_of(se, i));
-    const int lyy = f.top + 16 + 22 * static_cast<int>(i);
-    cv.line(lxx, lyy, lxx + 28, lyy, 1, c, se.dashed ? 6 : 0);
-    cv.text(lxx + 36, lyy - 7, se.name, 2, ink);
+    const int lyy = f.top + 8 * sc + row * static_cast<int>(i);
+    cv.line(lxx, lyy, lxx + 14 * sc, lyy, r, c, se.dashed ? 3 * sc : 0);
+    if (se.markers) cv.dot(lxx + 7 * sc, lyy, 2 * sc, c);
+    cv.text(lxx + 18 * sc, lyy - 7 * sc / 2, se.name, sc, ink);
   }
   return encode_png(cv.rgb, w, h);
 }

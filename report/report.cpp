@@ -1,6 +1,9 @@
 #include "report/report.h"
 
+#include <algorithm>
+#include <chrono>
 #include <cmath>
+#include <ctime>
 #include <filesystem>
 #include <map>
 #include <set>
@@ -10,10 +13,17 @@
 #include "core/file.h"
 #include "core/run_folder.h"
 #include "report/plot.h"
+#include "report/tables.h"
 
 namespace lm::report {
 namespace fs = std::filesystem;
 namespace {
+
+// Plots: SVG in the page at this size (CSS scales it to its grid cell, two per row on a wide
+// screen), PNG at twice that for READMEs (the same aspect, crisp when scaled down).
+constexpr int kPlotW = 640, kPlotH = 320;
+// Text samples: at most this many validation steps in the page (first, last, evenly between).
+constexpr size_t kMaxSampleSteps = 12;
 
 std::string cell(const Json& v) {
   if (v.is_number_float()) {
@@ -25,106 +35,125 @@ std::string cell(const Json& v) {
   return html_escape(v.dump());
 }
 
-// Any JSON as a table: an array of objects or an object of objects becomes rows with the union of
-// their scalar keys as columns (first `prefer` keys first); other objects become key/value rows.
-std::string json_table(const Json& j, const std::vector<std::string>& prefer = {}, const std::string& cls = "") {
-  std::vector<std::pair<std::string, Json>> rows;
-  if (j.is_array()) {
-    for (size_t i = 0; i < j.size(); ++i) rows.emplace_back(std::to_string(i), j[i]);
-  } else if (j.is_object()) {
-    for (auto& [k, v] : j.items()) rows.emplace_back(k, v);
-  }
-  bool all_obj = !rows.empty();
-  for (auto& [k, v] : rows) all_obj = all_obj && v.is_object();
-  std::string s = "<table" + (cls.empty() ? std::string() : " class=\"" + cls + "\"") + ">";
-  if (!all_obj) {
-    s += "<tr><th>field</th><th>value</th></tr>";
-    for (auto& [k, v] : rows) s += "<tr><td>" + html_escape(k) + "</td><td>" + cell(v) + "</td></tr>";
-    return s + "</table>\n";
-  }
+// Rows of objects as a table with the `cols` that occur, in that order (the fertility table).
+std::string json_table(const Json& rows, const std::vector<std::string>& cols_wanted, const std::string& cls) {
   std::vector<std::string> cols;
-  std::set<std::string> seen;
-  for (const auto& p : prefer) {
-    for (auto& [k, v] : rows)
-      if (v.contains(p) && !seen.count(p)) cols.push_back(p), seen.insert(p);
-  }
-  if (prefer.empty()) {
-    for (auto& [k, v] : rows)
-      for (auto& [c, x] : v.items())
-        if (!x.is_structured() && !seen.count(c)) cols.push_back(c), seen.insert(c);
-  }
-  s += "<tr><th></th>";
-  for (auto& c : cols) s += "<th>" + html_escape(c) + "</th>";
-  s += "</tr>";
-  for (auto& [k, v] : rows) {
-    s += "<tr><td>" + html_escape(j.is_array() ? "" : k) + "</td>";
-    for (auto& c : cols) s += "<td>" + (v.contains(c) ? cell(v[c]) : std::string()) + "</td>";
-    s += "</tr>";
+  for (const auto& c : cols_wanted)
+    for (const auto& r : rows)
+      if (r.is_object() && r.contains(c)) {
+        cols.push_back(c);
+        break;
+      }
+  std::string s = "<table class=\"" + cls + "\"><tr>";
+  for (const auto& c : cols) s += "<th>" + html_escape(c) + "</th>";
+  s += "</tr>\n";
+  for (const auto& r : rows) {
+    s += "<tr>";
+    for (const auto& c : cols) s += "<td>" + (r.is_object() && r.contains(c) ? cell(r[c]) : std::string()) + "</td>";
+    s += "</tr>\n";
   }
   return s + "</table>\n";
-}
-
-// Finds the part of an eval JSON that is a per-item table: the value under one of `keys`, or the
-// document itself.
-const Json& table_part(const Json& j, const std::vector<std::string>& keys) {
-  for (const auto& k : keys)
-    if (j.contains(k) && (j[k].is_array() || j[k].is_object())) return j[k];
-  return j;
-}
-
-std::string scalars_line(const Json& j) {
-  std::string s;
-  for (auto& [k, v] : j.items())
-    if (!v.is_structured()) s += (s.empty() ? "" : " · ") + html_escape(k) + ": <b>" + cell(v) + "</b>";
-  return s.empty() ? s : "<p class=\"meta\">" + s + "</p>\n";
 }
 
 double num(const Json& j, const char* k) {
   return j.contains(k) && j[k].is_number() ? j[k].get<double>() : NAN;
 }
 
-
-// Curves against tokens seen (the unit that compares runs with other batch sizes): file name and plot.
-std::vector<std::pair<std::string, Plot>> training_plots(const std::vector<Json>& metrics) {
-  Series train_loss{"train"}, lr{"lr"}, tps{"tokens/s"}, mfu{"mfu"};
+// Each validation language's series, connected (a line through the evaluations, dots on them),
+// one colour per language in every plot.
+std::map<std::string, Series> validation_series(const std::vector<Json>& metrics) {
+  static const char* kValColors[] = {"#d62728", "#2ca02c", "#ff7f0e", "#9467bd", "#8c564b"};
   std::map<std::string, Series> val;
   for (const Json& m : metrics) {
-    const double x = num(m, "tokens");
-    train_loss.x.push_back(x), train_loss.y.push_back(num(m, "loss"));
-    lr.x.push_back(x), lr.y.push_back(num(m, "lr"));
-    tps.x.push_back(x), tps.y.push_back(num(m, "tokens_per_s"));
-    mfu.x.push_back(x), mfu.y.push_back(100 * num(m, "mfu"));
-    if (m.contains("val_loss") && m["val_loss"].is_object()) {
-      for (auto& [lang, v] : m["val_loss"].items()) {
-        Series& s = val[lang];
-        s.name = "val " + lang;
-        s.dashed = true;
-        s.markers = true;
-        s.x.push_back(x), s.y.push_back(v.get<double>());
-      }
+    if (!m.contains("val_loss") || !m["val_loss"].is_object()) continue;
+    for (auto& [lang, v] : m["val_loss"].items()) {
+      Series& s = val[lang];
+      s.name = "val " + lang;
+      s.markers = true;
+      if (s.color.empty()) s.color = kValColors[(val.size() - 1) % 5];
+      s.x.push_back(num(m, "tokens")), s.y.push_back(v.get<double>());
     }
   }
+  return val;
+}
+
+// Curves against tokens seen (the unit that compares runs with other batch sizes): file name and
+// plot. Loss carries training and validation; validation alone is zoomed to its own range.
+std::vector<std::pair<std::string, Plot>> training_plots(const std::vector<Json>& metrics) {
+  Series train_loss{"train", {}, {}, "#9ab8d8"}, lr{"lr"}, gnorm{"grad norm"}, tps{"tokens/s"}, mfu{"mfu"};
+  for (const Json& m : metrics) {
+    const double x = num(m, "tokens");
+    for (Series* s : {&train_loss, &lr, &gnorm, &tps, &mfu}) s->x.push_back(x);
+    train_loss.y.push_back(num(m, "loss"));
+    lr.y.push_back(num(m, "lr"));
+    gnorm.y.push_back(num(m, "grad_norm"));
+    tps.y.push_back(num(m, "tokens_per_s"));
+    mfu.y.push_back(100 * num(m, "mfu"));
+  }
+  const std::map<std::string, Series> val = validation_series(metrics);
   Plot loss{"loss", "tokens seen", "nats/token", {train_loss}};
-  for (auto& [lang, s] : val) loss.series.push_back(s);
-  return {
-      {"loss", loss},
-      {"lr", Plot{"learning rate", "tokens seen", "lr", {lr}}},
-      {"throughput", Plot{"throughput", "tokens seen", "tok/s", {tps}}},
-      {"mfu", Plot{"model FLOPs utilisation", "tokens seen", "MFU %", {mfu}}},
-  };
+  Plot val_plot{"validation loss", "tokens seen", "nats/token", {}};
+  for (auto& [lang, s] : val) loss.series.push_back(s), val_plot.series.push_back(s);
+  std::vector<std::pair<std::string, Plot>> plots = {{"loss", loss}};
+  if (!val.empty()) plots.push_back({"val_loss", val_plot});
+  plots.push_back({"grad_norm", Plot{"gradient norm (before clipping)", "tokens seen", "L2 norm", {gnorm}}});
+  plots.push_back({"lr", Plot{"learning rate", "tokens seen", "lr", {lr}}});
+  plots.push_back({"throughput", Plot{"throughput", "tokens seen", "tok/s", {tps}}});
+  plots.push_back({"mfu", Plot{"model FLOPs utilisation", "tokens seen", "MFU %", {mfu}}});
+  return plots;
 }
 
 std::string html_head(const std::string& name) {
   std::string h;
   h += "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\"><title>lmforge run " + html_escape(name) + "</title>\n";
-  h += "<style>body{font-family:'Noto Sans Bengali','Kalpurush','SolaimanLipi','Noto Sans',sans-serif;max-width:1340px;"
-       "margin:24px auto;padding:0 16px;color:#222}h1{font-size:22px}h2{font-size:18px;border-bottom:1px solid #ddd;"
-       "padding-bottom:4px;margin-top:28px}table{border-collapse:collapse;font-size:13px;margin:8px 0}td,th{border:1px solid "
-       "#ccc;padding:3px 8px;text-align:right}th{background:#f3f3f3}td:first-child{text-align:left}.plots{display:flex;"
-       "flex-wrap:wrap;gap:12px}.meta{color:#555;font-size:13px}pre{background:#f7f7f7;padding:8px;font-size:12px;"
-       "overflow:auto}</style></head><body>\n";
+  h += "<style>body{font-family:'Noto Sans Bengali','Kalpurush','SolaimanLipi','Lohit Bengali','Noto Sans',sans-serif;max-width:1340px;"
+       "margin:24px auto;padding:0 16px;color:#222}h1{font-size:22px;margin-bottom:4px}h2{font-size:18px;border-bottom:"
+       "1px solid #ddd;padding-bottom:4px;margin-top:32px}nav{font-size:13px;margin-bottom:12px}nav a{margin-right:12px}"
+       "table{border-collapse:collapse;font-size:13px;margin:8px 0}td,th{border:1px solid #ccc;padding:4px 10px;"
+       "text-align:right;vertical-align:top}th{background:#f3f3f3;white-space:nowrap}td:first-child,th:first-child{"
+       "text-align:left}td.key{font-weight:600}td.sig{font-weight:700;color:#1a7f37}.se{color:#888;font-size:11px}"
+       ".plots{display:grid;grid-template-columns:repeat(auto-fit,minmax(600px,1fr));gap:16px}.plots figure{margin:0;"
+       "border:1px solid #eee}.plots svg{width:100%;height:auto;display:block}.meta{color:#555;font-size:13px}"
+       "table.samples td,table.samples th,table.mc td:last-child,table.mc th:last-child{text-align:left;max-width:560px}.config{columns:4 280px;font-size:12px;"
+       "font-family:monospace}.config div{break-inside:avoid;padding:1px 0}.config span{color:#999}"
+       "details{margin-top:8px;font-size:13px}table.samples td:first-child{white-space:nowrap}"
+       ".prompt{color:#888}.nl{color:#bbb}table.summary td:first-child{color:#555}"
+       "pre{background:#f7f7f7;padding:8px;font-size:12px;overflow:auto}</style></head><body>\n";
   h += "<h1>lmforge run <code>" + html_escape(name) + "</code></h1>\n";
+  h += "<nav><a href=\"#summary\">summary</a><a href=\"#curves\">curves</a><a href=\"#samples\">samples</a>"
+       "<a href=\"#nll\">NLL</a><a href=\"#mc\">multiple choice</a><a href=\"#fertility\">tokenizer</a>"
+       "<a href=\"#config\">config</a></nav>\n";
   return h;
+}
+
+// The numbers a reader looks for first: where the run is, its last losses, its speed.
+std::string summary_section(const Json& cfg, const std::vector<Json>& metrics) {
+  std::vector<std::pair<std::string, std::string>> rows;
+  const Json planned = cfg.contains("train") ? cfg["train"].value("steps", Json()) : Json();
+  if (!metrics.empty()) {
+    const Json& last = metrics.back();
+    rows.push_back({"steps", absl::StrFormat("%s of %s", cell(last.value("step", Json())), cell(planned))});
+    rows.push_back({"tokens seen", cell(last.value("tokens", Json()))});
+    rows.push_back({"last train loss", fixed(last.value("loss", Json()), 4) + " nats/token"});
+    std::vector<double> rates;
+    double mfu = 0;
+    for (const Json& m : metrics) {
+      if (std::isfinite(num(m, "tokens_per_s"))) rates.push_back(num(m, "tokens_per_s"));
+      if (std::isfinite(num(m, "mfu"))) mfu = std::max(mfu, num(m, "mfu"));
+    }
+    std::sort(rates.begin(), rates.end());
+    if (!rates.empty()) rows.push_back({"median throughput", absl::StrFormat("%.0f tok/s", rates[rates.size() / 2])});
+    rows.push_back({"best MFU", mfu > 0 ? absl::StrFormat("%.1f%%", 100 * mfu) : "n/a (device peak unknown)"});
+  }
+  for (const auto& [lang, s] : validation_series(metrics))
+    rows.push_back({"last validation loss " + lang, absl::StrFormat("%.4f nats/token", s.y.back())});
+  if (cfg.contains("model") && cfg["model"].is_object())
+    rows.push_back({"model", absl::StrFormat("%s layers · d_model %s · vocab %s", cell(cfg["model"].value("n_layers", Json())),
+                                             cell(cfg["model"].value("d_model", Json())),
+                                             cell(cfg["model"].value("vocab_size", Json())))});
+  std::string h = "<h2 id=\"summary\">Summary</h2>\n<table class=\"summary\">\n";
+  for (const auto& [k, v] : rows) h += "<tr><td>" + html_escape(k) + "</td><td>" + v + "</td></tr>\n";
+  return h + "</table>\n";
 }
 
 // The plots inline as SVG and as plots/NAME.png beside the report.
@@ -132,19 +161,77 @@ absl::Status curves_section(const RunFolder& run, const std::vector<Json>& metri
   h += "<h2 id=\"curves\">Training curves</h2>\n";
   if (metrics.empty()) {
     h += "<p>metrics.jsonl is empty or missing: no curves yet.</p>\n";
-  } else {
-    r.sections.push_back("curves");
-    h += "<div class=\"plots\">\n";
-    std::error_code ec;
-    fs::create_directories(run.plots(), ec);
-    for (auto& [file, p] : training_plots(metrics)) {
-      h += "<figure id=\"plot-" + file + "\">" + plot_svg(p) + "</figure>\n";
-      const std::string png = (fs::path(run.plots()) / (file + ".png")).string();
-      LM_RETURN_IF_ERROR(write_file_atomic(png, plot_png(p, 800, 400)));
-      r.pngs.push_back(png);
-    }
-    h += "</div>\n";
+    return absl::OkStatus();
   }
+  r.sections.push_back("curves");
+  h += "<div class=\"plots\">\n";
+  std::error_code ec;
+  fs::create_directories(run.plots(), ec);
+  for (auto& [file, p] : training_plots(metrics)) {
+    h += "<figure id=\"plot-" + file + "\">" + plot_svg(p, kPlotW, kPlotH) + "</figure>\n";
+    const std::string png = (fs::path(run.plots()) / (file + ".png")).string();
+    LM_RETURN_IF_ERROR(write_file_atomic(png, plot_png(p, 2 * kPlotW, 2 * kPlotH)));
+    r.pngs.push_back(png);
+  }
+  h += "</div>\n";
+  return absl::OkStatus();
+}
+
+// Which rows of samples.jsonl the page shows: all, or kMaxSampleSteps spread from first to last.
+std::vector<size_t> shown_rows(size_t n) {
+  std::vector<size_t> idx;
+  if (n <= kMaxSampleSteps) {
+    for (size_t i = 0; i < n; ++i) idx.push_back(i);
+    return idx;
+  }
+  for (size_t k = 0; k < kMaxSampleSteps; ++k) idx.push_back(k * (n - 1) / (kMaxSampleSteps - 1));
+  return idx;
+}
+
+// Sample text for a table cell: escaped, each newline a visible grey ↵ (a text cell keeps one line
+// per sample, where an early model's runs of newlines would make rows tall and empty).
+std::string sample_text(const std::string& s) {
+  std::string out;
+  for (char c : s) out += c == '\n' ? std::string("<span class=\"nl\">↵</span>") : html_escape(std::string(1, c));
+  return out;
+}
+
+// samples.jsonl (train/samples.h): one row per validation step, one column per prompt.
+absl::Status samples_section(const RunFolder& run, ReportResult& r, std::string& h) {
+  LM_ASSIGN_OR_RETURN(std::vector<Json> rows, read_metrics(run.samples()));
+  h += "<h2 id=\"samples\">Text samples during training</h2>\n";
+  if (rows.empty()) {
+    h += "<p class=\"meta\">no samples.jsonl (train.eval.sample_tokens 0, no validation, or a run from before samples).</p>\n";
+    return absl::OkStatus();
+  }
+  r.sections.push_back("samples");
+  std::vector<std::string> names, prompts;
+  double seconds = 0;
+  int64_t tokens = 0;
+  for (const Json& row : rows) {
+    seconds += row.value("seconds", 0.0), tokens += row.value("new_tokens", int64_t{0});
+    for (const Json& s : row.value("samples", Json::array()))
+      if (std::find(names.begin(), names.end(), s.value("name", "")) == names.end())
+        names.push_back(s.value("name", "")), prompts.push_back(s.value("prompt", ""));
+  }
+  const std::vector<size_t> shown = shown_rows(rows.size());
+  h += absl::StrFormat(
+      "<p class=\"meta\">greedy continuations of fixed prompts (grey) at each validation · %d of %d validations shown "
+      "(all in samples.jsonl) · cost %d new tokens in %.2f s over the run</p>\n<table class=\"samples\"><tr><th>step</th>",
+      shown.size(), rows.size(), tokens, seconds);
+  for (const auto& n : names) h += "<th>" + html_escape(n) + "</th>";
+  h += "</tr>\n";
+  for (size_t i : shown) {
+    h += "<tr><td>" + cell(rows[i].value("step", Json())) + "</td>";
+    for (size_t k = 0; k < names.size(); ++k) {
+      std::string text;
+      for (const Json& s : rows[i].value("samples", Json::array()))
+        if (s.value("name", "") == names[k]) text = s.value("completion", "");
+      h += "<td><span class=\"prompt\">" + sample_text(prompts[k]) + "</span>" + sample_text(text) + "</td>";
+    }
+    h += "</tr>\n";
+  }
+  h += "</table>\n";
   return absl::OkStatus();
 }
 
@@ -156,10 +243,10 @@ void fertility_section(const RunFolder& run, const Json& cfg, ReportResult& r, s
   for (const auto& p : fert) {
     if (!fs::exists(p)) continue;
     auto j = read_json_file(p.string());
-    if (!j.ok()) continue;
+    if (!j.ok() || !j->contains("rows")) continue;
     r.sections.push_back("fertility");
-    h += "<h2 id=\"fertility\">Tokenizer fertility</h2>\n" + scalars_line(*j);
-    h += json_table(table_part(*j, {"rows"}),
+    h += "<h2 id=\"fertility\">Tokenizer fertility</h2>\n";
+    h += json_table((*j)["rows"],
                     {"encoder", "set", "lang", "texts", "tokens", "cp_per_token", "graphemes_per_token", "bytes_per_token",
                      "tokens_per_word", "split_word_share", "byte_fallback_rate", "unk_rate", "roundtrip_rate"},
                     "fertility");
@@ -167,56 +254,87 @@ void fertility_section(const RunFolder& run, const Json& cfg, ReportResult& r, s
   }
 }
 
-// Flattens {task: {model: {...}, twin: {...}, chance}} into columns model.acc, twin.acc, ...
-Json flatten_rows(const Json& part) {
-  Json flat = Json::object();
-  if (part.is_object() || part.is_array()) {
-    for (auto& [k, v] : part.items()) {
-      Json row = Json::object();
-      if (v.is_object()) {
-        for (auto& [c, x] : v.items()) {
-          if (x.is_object()) {
-            for (auto& [c2, x2] : x.items())
-              if (!x2.is_structured()) row[c + "." + c2] = x2;
-          } else if (!x.is_structured()) {
-            row[c] = x;
-          }
-        }
-      } else {
-        row["value"] = v;
-      }
-      flat[part.is_array() ? std::to_string(flat.size()) : k] = row;
-    }
-  }
-  return flat;
-}
-
-// nll.json and mc.json of eval/, when present.
+// nll.json and mc.json of eval/, when present, as fixed-column tables (report/tables.h).
 void eval_sections(const RunFolder& run, ReportResult& r, std::string& h) {
   struct EvalSection {
     const char* file;
     const char* id;
     const char* title;
-    std::vector<std::string> keys;
+    std::string (*table)(const Json&);
   };
-  for (const EvalSection& e : {EvalSection{"nll.json", "nll", "NLL against the random-initialized twin", {"languages", "langs", "results", "rows"}},
-                               EvalSection{"mc.json", "mc", "Multiple-choice tasks (with chance level)", {"tasks", "results", "rows"}}}) {
+  for (const EvalSection& e : {EvalSection{"nll.json", "nll", "NLL per language, against the random-initialized twin", nll_table_html},
+                               EvalSection{"mc.json", "mc", "Multiple-choice tasks", mc_table_html}}) {
     const fs::path p = fs::path(run.eval()) / e.file;
     if (!fs::exists(p)) continue;
     auto j = read_json_file(p.string());
+    h += absl::StrFormat("<h2 id=\"%s\">%s</h2>\n", e.id, e.title);
     if (!j.ok()) {
-      h += absl::StrFormat("<h2 id=\"%s\">%s</h2><p>%s</p>\n", e.id, e.title, html_escape(j.status().ToString()));
+      h += "<p>" + html_escape(j.status().ToString()) + "</p>\n";
       continue;
     }
     r.sections.push_back(e.id);
-    h += absl::StrFormat("<h2 id=\"%s\">%s</h2>\n", e.id, e.title) + scalars_line(*j);
-    if (j->contains("evaluation") && (*j)["evaluation"].contains("file"))  // which of the run's evaluations
-      h += absl::StrFormat("<p class=\"meta\">eval/%s: %s</p>\n",
-                           html_escape((*j)["evaluation"]["file"].get<std::string>()),
-                           html_escape((*j)["evaluation"].value("chosen", std::string())));
-    const Json& part = table_part(*j, e.keys);
-    h += json_table(flatten_rows(part), {}, e.id);
+    h += e.table(*j);
   }
+}
+
+std::string utc(std::time_t t) {
+  char buf[32];
+  std::tm tm{};
+  gmtime_r(&t, &tm);
+  std::strftime(buf, sizeof buf, "%Y-%m-%d %H:%M:%S UTC", &tm);
+  return buf;
+}
+
+// The run's starts: one TensorBoard event file per start or resume, its name carrying the time
+// (events.out.tfevents.<unix seconds>.<host>.<pid>.lmforge).
+std::vector<std::string> start_times(const RunFolder& run) {
+  std::vector<std::pair<long long, std::string>> starts;
+  std::error_code ec;
+  for (const auto& e : fs::directory_iterator(run.tensorboard(), ec)) {
+    const std::string n = e.path().filename().string();
+    const std::string tag = "events.out.tfevents.";
+    if (n.rfind(tag, 0) != 0) continue;
+    const long long secs = std::atoll(n.c_str() + tag.size());
+    starts.push_back({secs, utc(static_cast<std::time_t>(secs))});
+  }
+  std::sort(starts.begin(), starts.end());
+  std::vector<std::string> out;
+  for (auto& [s, t] : starts) out.push_back(t);
+  return out;
+}
+
+// Every scalar of the config as "section.sub.<b>key</b> value", in the file's order of sections.
+void config_keys(const Json& j, const std::string& prefix, std::string& h) {
+  for (const auto& [key, v] : j.items()) {
+    if (v.is_object()) {
+      config_keys(v, prefix + key + ".", h);
+      continue;
+    }
+    h += "<div><span>" + html_escape(prefix) + "</span><b>" + html_escape(key) + "</b> " + cell(v) + "</div>";
+  }
+}
+
+// config.json as it now stands: `lmtrain fit` rewrites it at a resume that changed it (a
+// re-planned budget, new data), so this is the config of the last start, with the run's history.
+std::string config_section(const RunFolder& run, const Json& cfg) {
+  std::string h = "<h2 id=\"config\">Config (as of the last start or resume)</h2>\n";
+  const std::vector<std::string> starts = start_times(run);
+  std::error_code ec;
+  const auto mtime = fs::last_write_time(run.config(), ec);
+  std::string meta = "config.json";
+  if (!ec) {
+    const auto sys = std::chrono::time_point_cast<std::chrono::seconds>(
+        mtime - fs::file_time_type::clock::now() + std::chrono::system_clock::now());
+    meta += ", last written " + utc(std::chrono::system_clock::to_time_t(sys));
+  }
+  if (!starts.empty()) {
+    meta += absl::StrFormat(" · %d start%s (%d resume%s): ", starts.size(), starts.size() == 1 ? "" : "s",
+                            starts.size() - 1, starts.size() == 2 ? "" : "s");
+    for (size_t i = 0; i < starts.size(); ++i) meta += (i ? ", " : "") + starts[i];
+  }
+  h += "<p class=\"meta\">" + html_escape(meta) + "</p>\n<div class=\"config\">";
+  config_keys(cfg, "", h);
+  return h + "</div>\n<details><summary>config.json</summary><pre>" + html_escape(cfg.dump(2)) + "</pre></details>\n";
 }
 
 }  // namespace
@@ -230,16 +348,12 @@ absl::StatusOr<ReportResult> write_report(const std::string& run_dir, const std:
   r.metric_rows = static_cast<int64_t>(metrics.size());
   const fs::path dir(run_dir);
   const std::string name = dir.filename().empty() ? dir.parent_path().filename().string() : dir.filename().string();
-  std::string h = html_head(name);
-  if (!metrics.empty()) {
-    const Json& last = metrics.back();
-    h += absl::StrFormat("<p class=\"meta\">%d logged steps · last step %s · %s tokens · last train loss %.4f nats/token</p>\n",
-                         metrics.size(), last.value("step", Json()).dump(), last.value("tokens", Json()).dump(), num(last, "loss"));
-  }
+  std::string h = html_head(name) + summary_section(cfg, metrics);
   LM_RETURN_IF_ERROR(curves_section(run, metrics, r, h));
-  fertility_section(run, cfg, r, h);
+  LM_RETURN_IF_ERROR(samples_section(run, r, h));
   eval_sections(run, r, h);
-  h += "<h2 id=\"config\">Resolved config</h2>\n<pre>" + html_escape(cfg.dump(2)) + "</pre>\n";
+  fertility_section(run, cfg, r, h);
+  h += config_section(run, cfg);
   h += "<p class=\"meta\">written by lmtrain report; self-contained (no scripts, no network).</p>\n</body></html>\n";
   LM_RETURN_IF_ERROR(write_file_atomic(r.html, h));
   return r;

@@ -196,6 +196,7 @@ absl::Status resolve(TrainConfig& c, const model::ModelConfig& m, int world_size
   if (c.optimizer.grad_clip < 0) return bad("optimizer.grad_clip", "must be >= 0");
   if (c.logging.interval <= 0) return bad("logging.interval", "must be positive");
   if (c.checkpoint.interval < 0) return bad("checkpoint.interval", "must be >= 0");
+  if (c.eval.sample_tokens < 0) return bad("eval.sample_tokens", "must be >= 0 (0 = no text samples at validation)");
   if (!(c.checkpoint.minutes >= 0))
     return bad("checkpoint.minutes", absl::StrFormat("must be >= 0 (0 = off), got %g", c.checkpoint.minutes));
   if (c.checkpoint.keep_last < 1) return bad("checkpoint.keep_last", "must be >= 1");

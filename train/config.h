@@ -75,9 +75,15 @@ struct CheckpointConfig {
 struct EvalConfig {
   int64_t interval = 100;  // 0 disables periodic validation
   int64_t windows = 16;    // validation windows per language
+  // Text samples at each validation (train/samples.h): greedy continuations of this many tokens
+  // (0 = none) of `sample_prompts`, else of each validation language's first words; written to
+  // samples.jsonl and TensorBoard's Text tab.
+  int64_t sample_tokens = 32;
+  std::vector<std::string> sample_prompts;
   template <class V>
   void visit(V& v) {
-    v("interval", interval); v("windows", windows);
+    v("interval", interval); v("windows", windows); v("sample_tokens", sample_tokens);
+    v("sample_prompts", sample_prompts);
   }
 };
 

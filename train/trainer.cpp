@@ -86,6 +86,12 @@ absl::Status truncate_metrics(const std::string& path, int64_t step) {
   return write_file_atomic(path, kept);
 }
 
+// Both step-keyed logs of the run: metrics.jsonl and samples.jsonl.
+absl::Status truncate_logs(const std::string& run_dir, int64_t step) {
+  LM_RETURN_IF_ERROR(truncate_metrics(RunFolder(run_dir).metrics(), step));
+  return truncate_metrics(RunFolder(run_dir).samples(), step);
+}
+
 // A failed write to metrics.jsonl (an ofstream; errno says why). It is appended to, not replaced:
 // a full disk leaves its last lines torn, which --resume cuts back to the checkpoint's step.
 absl::Status stream_error(const std::string& path) {
@@ -202,7 +208,7 @@ absl::Status Trainer::restore_or_start() {
   if (!fs::exists(RunFolder(req_.run_dir).latest())) {
     // Killed before its first checkpoint: the run starts over from step 0 with its own config
     // (the model above is initialised from the same seed as a fresh start).
-    if (main_rank_) LM_RETURN_IF_ERROR(truncate_metrics(metrics_path_, 0));
+    if (main_rank_) LM_RETURN_IF_ERROR(truncate_logs(req_.run_dir, 0));
     log_info("%s: no checkpoint yet; starting the run from step 0 with its config.json", req_.run_dir);
     return write_run_config();
   }
@@ -222,7 +228,7 @@ absl::Status Trainer::restore_or_start() {
   step_ = state["step"].get<int64_t>();
   tokens_ = state["tokens"].get<int64_t>();
   nan_skipped_ = state.value("nan_skipped", int64_t{0});
-  if (main_rank_) LM_RETURN_IF_ERROR(truncate_metrics(metrics_path_, step_));
+  if (main_rank_) LM_RETURN_IF_ERROR(truncate_logs(req_.run_dir, step_));
   log_info("resumed from %s (step %d, %s tokens)", ckpt, step_, format_count(static_cast<double>(tokens_)));
   return write_run_config();
 }
@@ -576,6 +582,33 @@ void Trainer::validate(Json& line) {
   }
   for (const auto& [lang, x] : out) line["val_loss"][lang] = x;
   sum_.val_loss = out;
+  write_samples();
+}
+
+// Greedy text from fixed prompts at each validation (train/samples.h): samples.jsonl and
+// TensorBoard's Text tab. Rank 0 only; a failed write warns, like TensorBoard, never stops a run.
+void Trainer::write_samples() {
+  if (!main_rank_ || tc_.eval.sample_tokens <= 0 || !req_.codec.usable()) return;
+  if (sample_prompts_.empty()) sample_prompts_ = make_sample_prompts(tc_.eval.sample_prompts, val_, req_.codec);
+  if (sample_prompts_.empty()) return;
+  const Json row = generate_samples(model_, sample_prompts_, tc_.eval.sample_tokens, req_.codec, step_, tokens_);
+  // Not training time: the next line's tokens/s and MFU (and the throughput sentinel) leave it out.
+  t_log_ += std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(row["seconds"].get<double>()));
+  const std::string path = RunFolder(req_.run_dir).samples();
+  std::ofstream f(path, std::ios::app);
+  f << row.dump() << "\n";
+  f.flush();
+  if (!f) log_warn("%s", stream_error(path).ToString());
+  for (const Json& s : row["samples"])
+    if (tensorboard_)
+      (void)tensorboard_->add_text("samples/" + s["name"].get<std::string>(), step_,
+                                   "**" + s["prompt"].get<std::string>() + "**" + s["completion"].get<std::string>(),
+                                   unix_seconds());
+  if (!samples_announced_)
+    log_info("text samples: %d prompts, %d new tokens in %.3g s at each validation (samples.jsonl; "
+             "train.eval.sample_tokens 0 turns them off)",
+             sample_prompts_.size(), row["new_tokens"].get<int64_t>(), row["seconds"].get<double>());
+  samples_announced_ = true;
 }
 
 // Appends the line to metrics.jsonl (rank 0) and updates the progress line.

@@ -19,6 +19,7 @@
 #include "train/faults.h"
 #include "train/grad_sync.h"
 #include "train/optim.h"
+#include "train/samples.h"
 
 namespace lm::train {
 
@@ -51,6 +52,7 @@ struct FitRequest {
   Comm* comm = nullptr;  // set for data-parallel runs (train/distributed.h)
   std::string init_from;  // HF folder from 'lmtrain export': start from its weights (not with resume)
   bool new_data = false;  // resume on other shards (continued pretraining): the data cursor is not restored
+  TextCodec codec;        // the run's tokenizer, for text samples at validation (train/samples.h); unset: none
 };
 
 struct FitSummary {
@@ -147,6 +149,7 @@ class Trainer {
   absl::Status append_line(const Json& line);
   void check_throughput(double rate);
   void validate(Json& line);
+  void write_samples();
   absl::Status write_metrics(const Json& line, const StepResult& r);
   void write_tensorboard(const Json& line);
   absl::Status checkpoint_if_due();
@@ -175,6 +178,8 @@ class Trainer {
   int64_t step_tokens_ = 0;
   std::ofstream metrics_;
   std::unique_ptr<TensorBoardWriter> tensorboard_;  // rank 0; dropped (one warning) if a write fails
+  std::vector<SamplePrompt> sample_prompts_;        // rank 0, made at the first validation
+  bool samples_announced_ = false;                  // their cost is logged once
   std::vector<int32_t> flat_;  // one micro-batch of token ids, reused
   torch::Tensor ahead_;        // the next micro-batch's windows, on the device (take_window)
   Json ahead_cursor_;          // the data cursor before ahead_ was fetched

@@ -5,8 +5,11 @@
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
+#include <map>
 #include <set>
 #include <sstream>
+
+#include <zlib.h>
 
 #include "absl/strings/str_format.h"
 
@@ -21,7 +24,10 @@
 #include "model/hf_export.h"
 #include "model/hf_tokenizer.h"
 #include "train/optim.h"
+#include "report/plot.h"
 #include "report/report.h"
+#include "report/tables.h"
+#include "core/run_folder.h"
 #include "train/trainer.h"
 #include "corpus/corpus.h"
 #include "tokenizer/tokenizer.h"
@@ -623,8 +629,8 @@ TEST_F(ExportTest, DISABLED_WriteTransformersFixture) {
 
 // --- report ---------------------------------------------------------------------------------
 
-TEST_F(ExportTest, ReportHasCurvesTablesAndPngs) {
-  const auto dir = temp_dir("report");
+// The report's run: 20 steps, a log line every 2, validation (and text samples) every 4.
+FitRequest report_run(const fs::path& dir, ValSets* val) {
   FitRequest r;
   r.run_dir = (dir / "run").string();
   r.model = tiny();
@@ -634,56 +640,201 @@ TEST_F(ExportTest, ReportHasCurvesTablesAndPngs) {
   r.train.schedule.warmup_steps = 2;
   r.train.logging.interval = 2;
   r.train.eval.interval = 4;  // validation runs on logged steps: 4, 8, ..., 20
-  r.train.checkpoint.interval = 0;
+  r.train.checkpoint.interval = 10;
   r.train.hardware.threads = 2;
   r.train.debug.verify_at_start = false;
+  r.train.eval.sample_tokens = 4;
   r.tokenizer_hash = "tok-test";
-  testing::SyntheticSource src(2, 17, 512), val_src(2, 17, 512);
+  // Token ids as words ("w17"), enough for samples to have text.
+  r.codec.encode = [](std::string_view) { return std::vector<int32_t>{5, 6}; };
+  r.codec.decode = [](const std::vector<int32_t>& ids) {
+    std::string s;
+    for (int32_t id : ids) s += (s.empty() ? "w" : " w") + std::to_string(id);
+    return s;
+  };
+  testing::SyntheticSource val_src(2, 17, 512);
   std::vector<int32_t> flat;
-  ValSets val;
   for (const char* lang : {"bn", "en"}) {
     val_src.next(&flat);
-    val[lang] = {std::vector<int32_t>(flat.begin(), flat.begin() + 17), std::vector<int32_t>(flat.begin() + 17, flat.end())};
+    (*val)[lang] = {std::vector<int32_t>(flat.begin(), flat.begin() + 17), std::vector<int32_t>(flat.begin() + 17, flat.end())};
   }
+  return r;
+}
+
+// The points of the SVG polyline named `name` in the report (-1 when there is none).
+int points_of(const std::string& html, const std::string& name) {
+  const auto at = html.find("data-name=\"" + name + "\"");
+  if (at == std::string::npos) return -1;
+  const auto p = html.find("points=\"", at), e = html.find('"', p + 8);
+  const std::string pts = html.substr(p + 8, e - p - 8);
+  return static_cast<int>(std::count(pts.begin(), pts.end(), ','));
+}
+
+// The cells of the first <table class="CLS"> row `row` (0 = the header), tags stripped.
+std::vector<std::string> table_row(const std::string& html, const std::string& cls, int row) {
+  size_t at = html.find("<table class=\"" + cls + "\">");
+  if (at == std::string::npos) return {};
+  for (int i = 0; i <= row; ++i) at = html.find("<tr>", at + 1);
+  const size_t end = html.find("</tr>", at);
+  std::vector<std::string> cells;
+  for (size_t c = html.find("<t", at + 4); c < end; c = html.find("<t", c + 1)) {
+    const size_t open = html.find('>', c) + 1, close = html.find("</t", open);
+    std::string text, raw = html.substr(open, close - open);
+    for (size_t k = 0, tag = 0; k < raw.size(); ++k) {  // drop inner tags (<span class="se">)
+      if (raw[k] == '<') tag = 1;
+      if (!tag) text += raw[k];
+      if (raw[k] == '>') tag = 0;
+    }
+    cells.push_back(text);
+    c = close;
+  }
+  return cells;
+}
+
+TEST_F(ExportTest, ReportHasCurvesTablesSamplesAndPngs) {
+  const auto dir = temp_dir("report");
+  ValSets val;
+  FitRequest r = report_run(dir, &val);
+  testing::SyntheticSource src(2, 17, 512);
   LM_ASSERT_OK(fit(r, src, val).status());
   const fs::path run(r.run_dir);
   write_tokenizer(run);
   Json fert = {{"vocab_size", 512}, {"rows", {{{"encoder", "spm"}, {"set", "heldout"}, {"lang", "bn"}, {"cp_per_token", 3.25}, {"tokens_per_word", 1.61}}}}};
   LM_ASSERT_OK(write_json_file((run / "tokenizer/fertility.json").string(), fert));
   fs::create_directories(run / "eval");
-  Json nll = {{"step", 20}, {"languages", {{"bn", {{"model", {{"nats_per_token", 4.1}, {"bits_per_byte", 1.9}}}, {"twin", {{"nats_per_token", 6.24}}}}}}}};
-  Json mc = {{"step", 20}, {"tasks", {{"copa", {{"n", 100}, {"chance", 0.5}, {"model", {{"acc", 0.61}}}, {"twin", {{"acc", 0.49}}}}}}}};
+  // As `lmeval nll --twin` and `lmeval mc --twin` write them (eval/evaluate.cpp), abridged.
+  Json nll = {{"step", 20}, {"seq_len", 16}, {"stride", 0}, {"docs", "stream"}, {"evaluation", {{"file", "nll-3f2a.json"}, {"chosen", "largest"}}},
+              {"languages", {{"bn", {{"model", {{"tokens", 1234}, {"nats_per_token", 4.1}, {"perplexity", 60.34}, {"bits_per_byte", 1.9}, {"bits_per_char", 2.5}}},
+                                     {"twin", {{"tokens", 1234}, {"nats_per_token", 6.24}, {"bits_per_byte", 2.9}}},
+                                     {"twin_minus_model", {{"nats_per_token", 2.14}}}, {"windows", 7}}}}}};
+  Json mc = {{"step", 20}, {"prefix", "bos"}, {"limit", 20}, {"missing", {"xcopa_bn"}},
+             {"tasks", {{"copa", {{"n", 100}, {"chance", 0.5}, {"acc", 0.61}, {"acc_stderr", 0.049}, {"acc_norm", 0.58}, {"acc_norm_stderr", 0.05},
+                                  {"split", "validation"}, {"twin", {{"acc", 0.49}}}, {"paired_acc", {{"p_value", 0.0123}}}, {"paired_acc_norm", {{"p_value", 0.31}}}}},
+                        {"sib200_bn", {{"n", 40}, {"chance", 0.1429}, {"acc", 0.2}, {"acc_stderr", 0.06}, {"split", "test"}}}}}};
   LM_ASSERT_OK(write_json_file((run / "eval/nll.json").string(), nll));
   LM_ASSERT_OK(write_json_file((run / "eval/mc.json").string(), mc));
   auto rep = report::write_report(r.run_dir);
   LM_ASSERT_OK(rep.status());
   const std::string html = *read_file(rep->html);
-  // Curves: train loss with one point per logged step (10), validation per language (5 evals).
-  auto points_of = [&](const std::string& name) {
-    const auto at = html.find("data-name=\"" + name + "\"");
-    if (at == std::string::npos) return -1;
-    const auto p = html.find("points=\"", at), e = html.find('"', p + 8);
-    const std::string pts = html.substr(p + 8, e - p - 8);
-    return static_cast<int>(std::count(pts.begin(), pts.end(), ','));
-  };
-  EXPECT_EQ(points_of("train"), 10);
-  EXPECT_EQ(points_of("val bn"), 5);
-  EXPECT_EQ(points_of("val en"), 5);
-  EXPECT_EQ(points_of("lr"), 10);
-  EXPECT_EQ(points_of("tokens/s"), 10);
-  EXPECT_EQ(points_of("mfu"), 10);
-  for (const char* needle : {"id=\"fertility\"", "3.25", "id=\"nll\"", "twin.nats_per_token", "6.24", "id=\"mc\"",
-                             "chance", "0.61", "id=\"config\"", "Noto Sans Bengali",
+  // Curves: one point per logged step (10); validation per language at the 5 evaluations, a
+  // connected line (solid: no dash array) in the loss plot and in its own.
+  EXPECT_EQ(points_of(html, "train"), 10);
+  EXPECT_EQ(points_of(html, "val bn"), 5);
+  EXPECT_EQ(points_of(html, "val en"), 5);
+  for (const char* name : {"lr", "grad norm", "tokens/s", "mfu"}) EXPECT_EQ(points_of(html, name), 10) << name;
+  const size_t val_line = html.find("data-name=\"val bn\"");
+  EXPECT_EQ(html.substr(val_line, html.find("/>", val_line) - val_line).find("dasharray"), std::string::npos);
+  for (const char* id : {"plot-loss", "plot-val_loss", "plot-grad_norm", "plot-lr", "plot-throughput", "plot-mfu"})
+    EXPECT_NE(html.find(absl::StrFormat("id=\"%s\"", id)), std::string::npos) << id;
+  // Tables: fixed columns, formatted values.
+  EXPECT_EQ(table_row(html, "nll", 0), report::nll_columns());
+  EXPECT_EQ(table_row(html, "nll", 1), (std::vector<std::string>{"bn", "1234", "7", "4.1000", "6.2400", "2.1400", "1.9000",
+                                                                  "2.9000", "60.34", "2.5000"}));
+  EXPECT_EQ(table_row(html, "mc", 0), report::mc_columns());
+  EXPECT_EQ(table_row(html, "mc", 1), (std::vector<std::string>{"copa", "100", "0.5000", "0.6100 ± 0.0490", "0.5800 ± 0.0500",
+                                                                 "0.4900", "0.1200", "0.0123", "0.31", "validation"}));
+  EXPECT_EQ(table_row(html, "mc", 2), (std::vector<std::string>{"sib200_bn", "40", "0.1429", "0.2000 ± 0.0600", "–", "–", "–",
+                                                                 "–", "–", "test"}));
+  for (const char* needle : {"id=\"fertility\"", "3.25", "docs <b>stream</b>", "eval/nll-3f2a.json", "prefix <b>bos</b>",
+                             "no data for xcopa_bn", "<td class=\"sig\">0.0123</td>", "id=\"config\"", "Noto Sans Bengali",
                              "&quot;seq_len&quot;: 16"})  // the resolved config, HTML-escaped
     EXPECT_NE(html.find(needle), std::string::npos) << needle;
+  // Samples: one row per validation step, one column per language, the prompt then the text.
+  EXPECT_EQ(table_row(html, "samples", 0), (std::vector<std::string>{"step", "bn", "en"}));
+  auto samples = read_metrics(RunFolder(r.run_dir).samples());
+  ASSERT_TRUE(samples.ok());
+  ASSERT_EQ(samples->size(), 5u);
+  const Json& last = samples->back()["samples"][1];
+  EXPECT_EQ(table_row(html, "samples", 5),
+            (std::vector<std::string>{"20", table_row(html, "samples", 5)[1],
+                                      last["prompt"].get<std::string>() + last["completion"].get<std::string>()}));
   EXPECT_EQ(html.find("http://"), html.find("http://www.w3.org/2000/svg"));  // no external fetches
   EXPECT_EQ(html.find("<script"), std::string::npos);
-  ASSERT_EQ(rep->pngs.size(), 4u);
+  ASSERT_EQ(rep->pngs.size(), 6u);
   for (const auto& p : rep->pngs) {
     const std::string png = *read_file(p);
     ASSERT_GT(png.size(), 1000u) << p;
     EXPECT_EQ(png.substr(0, 8), std::string("\x89PNG\r\n\x1a\n", 8)) << p;
+    EXPECT_EQ(png.substr(16, 8), std::string("\0\0\x05\0\0\0\x02\x80", 8)) << p << ": 1280x640, twice the page's plot";
   }
+}
+
+// The RGB pixels of a PNG from encode_png (one IDAT, filter 0 on every row).
+std::vector<uint8_t> png_pixels(const std::string& png, int* w, int* h) {
+  auto be32 = [&](size_t at) {
+    return static_cast<uint32_t>(static_cast<uint8_t>(png[at])) << 24 | static_cast<uint8_t>(png[at + 1]) << 16 |
+           static_cast<uint8_t>(png[at + 2]) << 8 | static_cast<uint8_t>(png[at + 3]);
+  };
+  *w = static_cast<int>(be32(16)), *h = static_cast<int>(be32(20));
+  const size_t idat = png.find("IDAT");
+  std::vector<uint8_t> raw(static_cast<size_t>(*h) * (3 * *w + 1));
+  uLongf n = raw.size();
+  EXPECT_EQ(uncompress(raw.data(), &n, reinterpret_cast<const Bytef*>(png.data() + idat + 4), be32(idat - 4)), Z_OK);
+  std::vector<uint8_t> rgb;
+  for (int y = 0; y < *h; ++y) rgb.insert(rgb.end(), raw.begin() + y * (3 * *w + 1) + 1, raw.begin() + (y + 1) * (3 * *w + 1));
+  return rgb;
+}
+
+// Every marker of a series is the same dot: the runs of columns where the series colour is taller
+// than its line (the markers; the legend's marker also crosses the line) have one height for the
+// 5 points, not 5 heights (a marker that grew along the series).
+TEST_F(ExportTest, PngMarkersAreTheSameSizeAlongASeries) {
+  report::Series s{"s", {0, 1, 2, 3, 4}, {1, 1, 1, 1, 1}, "#ff0000"};
+  s.markers = true;
+  int w = 0, h = 0;
+  const std::vector<uint8_t> rgb = png_pixels(report::plot_png(report::Plot{"t", "x", "y", {s}}, 1280, 640), &w, &h);
+  ASSERT_EQ(w, 1280);
+  std::vector<int> red(w, 0);
+  for (int y = 0; y < h; ++y)
+    for (int x = 0; x < w; ++x) {
+      const uint8_t* p = &rgb[3 * (y * w + x)];
+      red[x] += p[0] == 255 && p[1] == 0 && p[2] == 0;
+    }
+  int line = h;  // the line's thickness: the shortest red column
+  for (int c : red)
+    if (c > 0) line = std::min(line, c);
+  std::map<int, int> runs_of_height;  // marker height -> markers
+  std::string seen;
+  for (int x = 0, top = 0; x <= w; ++x) {
+    if (x < w && red[x] > line) {
+      top = std::max(top, red[x]);
+    } else if (top > 0) {
+      ++runs_of_height[top];
+      seen += std::to_string(top) + " ";
+      top = 0;
+    }
+  }
+  int most = 0;
+  for (auto& [height, n] : runs_of_height) most = std::max(most, n);
+  EXPECT_EQ(most, 5) << "marker heights (px): " << seen;
+}
+
+// A resume that extends the budget rewrites config.json: the report shows the run as it now is,
+// and both starts.
+TEST_F(ExportTest, ReportShowsTheConfigAsResumed) {
+  const auto dir = temp_dir("report_resume");
+  ValSets val;
+  FitRequest r = report_run(dir, &val);
+  r.train.eval.sample_tokens = 0;
+  {
+    testing::SyntheticSource src(2, 17, 512);
+    LM_ASSERT_OK(fit(r, src, val).status());
+  }
+  r.resume = true;
+  r.train.steps = 30;  // what `lmtrain fit --resume --steps 30` asks after re-planning
+  {
+    testing::SyntheticSource src(2, 17, 512);
+    LM_ASSERT_OK(fit(r, src, val).status());
+  }
+  auto rep = report::write_report(r.run_dir);
+  LM_ASSERT_OK(rep.status());
+  const std::string html = *read_file(rep->html);
+  const size_t config = html.find("id=\"config\"");
+  ASSERT_NE(config, std::string::npos);
+  EXPECT_NE(html.find("&quot;steps&quot;: 30", config), std::string::npos);
+  EXPECT_EQ(html.find("&quot;steps&quot;: 20", config), std::string::npos);
+  EXPECT_NE(html.find("2 starts (1 resume)", config), std::string::npos);
+  EXPECT_NE(html.find("<td>30 of 30</td>"), std::string::npos) << "summary: steps done of planned";
 }
 
 }  // namespace

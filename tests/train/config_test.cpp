@@ -55,7 +55,8 @@ TEST(TrainConfigSections, EveryFieldOfEverySectionRoundTrips) {
     Json j = defaults;
     const Json::json_pointer at("/" + absl::StrReplaceAll(key, {{".", "/"}}));
     Json& v = j[at];
-    if (v.is_boolean()) v = !v.get<bool>();
+    if (v.is_array()) v.push_back("x");  // eval.sample_prompts
+    else if (v.is_boolean()) v = !v.get<bool>();
     else if (v.is_string()) v = v.get<std::string>() + "-x";
     else if (v.is_number_unsigned()) v = v.get<uint64_t>() + 7;
     else if (v.is_number_integer()) v = v.get<int64_t>() + 7;
