@@ -10,10 +10,6 @@
 
 namespace lm::tokenizer {
 
-std::string Framing::describe() const {
-  return absl::StrCat(bos ? "bos + " : "", "text", eos ? " + eos" : "");
-}
-
 std::string model_hash(const std::string& bytes) { return hex64(fnv1a64(bytes.data(), bytes.size())); }
 
 absl::StatusOr<Tokenizer> Tokenizer::from_model_bytes(const std::string& bytes, const std::string& where) {

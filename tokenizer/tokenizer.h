@@ -34,8 +34,9 @@ struct Framing {
   }
   bool operator==(const Framing& o) const { return bos == o.bos && eos == o.eos; }
   bool operator!=(const Framing& o) const { return !(*this == o); }
-  // "bos + text + eos" / "text + eos", for messages and result files.
-  std::string describe() const;
+  // "bos + text + eos" / "text + eos", for messages and result files. Inline: the manifest
+  // parser (data/shard_set.cpp) uses it and is built without this library for the fuzzers.
+  std::string describe() const { return std::string(bos ? "bos + " : "") + "text" + (eos ? " + eos" : ""); }
 };
 // What `lmtrain tokenizer` writes into tokenizer.json (and what a tokenizer made in memory has).
 inline constexpr Framing kFraming{true, true};
