@@ -54,29 +54,6 @@ class ObjectReader {
   absl::Status status_;
 };
 
-Json report_to_json(const LanguageReport& r) {
-  return Json{{"docs", r.docs},           {"chars", r.chars},
-              {"bytes", r.bytes},         {"train_tokens", r.train_tokens},
-              {"val_tokens", r.val_tokens}, {"train_docs", r.train_docs},
-              {"val_docs", r.val_docs},   {"weight", r.weight},
-              {"token_share", r.token_share}, {"natural_share", r.natural_share}};
-}
-
-absl::Status report_from_json(const Json& j, const std::string& path, LanguageReport& r) {
-  ObjectReader rd(j, path);
-  rd("docs", r.docs);
-  rd("chars", r.chars);
-  rd("bytes", r.bytes);
-  rd("train_tokens", r.train_tokens);
-  rd("val_tokens", r.val_tokens);
-  rd("train_docs", r.train_docs);
-  rd("val_docs", r.val_docs);
-  rd("weight", r.weight);
-  rd("token_share", r.token_share);
-  rd("natural_share", r.natural_share);
-  return rd.finish();
-}
-
 // Version 2 requires "framing"; version 1 predates it and its prepare wrote text + eos.
 absl::Status framing_from_json(const Json& j, int version, tokenizer::Framing& out) {
   if (version == 1) {
@@ -93,24 +70,12 @@ absl::Status framing_from_json(const Json& j, int version, tokenizer::Framing& o
   return rd.finish();
 }
 
-Json source_to_json(const SourceReport& r) {
-  return Json{{"id", r.id},         {"lang", r.lang},       {"weight", r.weight},
-              {"docs", r.docs},     {"chars", r.chars},     {"train_tokens", r.train_tokens},
-              {"val_tokens", r.val_tokens}, {"share", r.share}, {"natural_share", r.natural_share}};
-}
-
+// id, lang and weight are required (the sampler needs them); the counts default to 0.
 absl::Status source_from_json(const Json& j, const std::string& path, SourceReport& r) {
-  ObjectReader rd(j, path);
-  rd("id", r.id, true);
-  rd("lang", r.lang, true);
-  rd("weight", r.weight, true);
-  rd("docs", r.docs);
-  rd("chars", r.chars);
-  rd("train_tokens", r.train_tokens);
-  rd("val_tokens", r.val_tokens);
-  rd("share", r.share);
-  rd("natural_share", r.natural_share);
-  LM_RETURN_IF_ERROR(rd.finish());
+  if (!j.is_object()) return ObjectReader::wrong(j, path, "an object");
+  for (const char* key : {"id", "lang", "weight"})
+    if (!j.contains(key)) return absl::InvalidArgumentError(absl::StrCat(path, ".", key, ": missing"));
+  LM_RETURN_IF_ERROR(from_json(j, r, path));
   if (!(r.weight >= 0) || !std::isfinite(r.weight))
     return absl::InvalidArgumentError(absl::StrFormat("%s.weight: %g, expected a finite number >= 0", path, r.weight));
   return absl::OkStatus();
@@ -143,9 +108,9 @@ Json manifest_to_json(const ShardManifest& m) {
     shards.push_back(std::move(e));
   }
   Json sources = Json::array();
-  for (const auto& r : m.sources) sources.push_back(source_to_json(r));
+  for (const auto& r : m.sources) sources.push_back(to_json(r));
   Json langs = Json::object();
-  for (const auto& [lang, r] : m.languages) langs[lang] = report_to_json(r);
+  for (const auto& [lang, r] : m.languages) langs[lang] = to_json(r);
   Json weights = Json::object();
   for (const auto& [lang, w] : m.weights) weights[lang] = w;
   return Json{{"format", kManifestFormat},
@@ -235,7 +200,7 @@ absl::StatusOr<ShardManifest> manifest_from_json(const Json& j, const std::strin
     if (!langs.is_object()) return fail(ObjectReader::wrong(langs, "languages", "an object"));
     for (auto it = langs.begin(); it != langs.end(); ++it) {
       LanguageReport r;
-      LM_RETURN_IF_ERROR(fail(report_from_json(it.value(), "languages." + it.key(), r)));
+      LM_RETURN_IF_ERROR(fail(from_json(it.value(), r, "languages." + it.key())));
       m.languages[it.key()] = r;
     }
   }

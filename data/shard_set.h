@@ -42,6 +42,12 @@ struct LanguageReport {
   double weight = 0;         // mixture weight from corpus.json (sum over the language's sources)
   double token_share = 0;    // share of training windows the sampler draws from this language
   double natural_share = 0;  // share of training tokens the language has on disk
+  template <class V>
+  void visit(V& v) {
+    v("docs", docs); v("chars", chars); v("bytes", bytes); v("train_tokens", train_tokens);
+    v("val_tokens", val_tokens); v("train_docs", train_docs); v("val_docs", val_docs); v("weight", weight);
+    v("token_share", token_share); v("natural_share", natural_share);
+  }
 };
 
 // Per-source counts and the source's share of the training mixture (docs/data.md, "weight").
@@ -55,6 +61,12 @@ struct SourceReport {
   uint64_t val_tokens = 0;
   double share = 0;          // weight / sum of the weights of sources with training tokens (0 if none)
   double natural_share = 0;  // share of all training tokens on disk
+  template <class V>
+  void visit(V& v) {
+    v("id", id); v("lang", lang); v("weight", weight); v("docs", docs); v("chars", chars);
+    v("train_tokens", train_tokens); v("val_tokens", val_tokens); v("share", share);
+    v("natural_share", natural_share);
+  }
 };
 
 struct ShardManifest {

@@ -247,6 +247,46 @@ TEST(ShardSet, ManifestIsStrict) {
   EXPECT_EQ(ShardSet::open(dir.file("nothing")).status().code(), absl::StatusCode::kNotFound);
 }
 
+// The per-language and per-source reports read through the config reader: required keys, types,
+// unknown keys and the weight's range are each named with their path.
+TEST(ShardSet, ManifestReportsAreStrict) {
+  ShardManifest m;
+  m.tokenizer_hash = "0123456789abcdef";
+  m.vocab_size = 1000;
+  m.eos_id = 2;
+  m.bos_id = 1;
+  m.framing = tokenizer::kFraming;
+  m.languages["bn"].docs = 3;
+  m.sources.push_back(SourceReport{"wiki", "bn", 2.0, 3, 40, 100, 10, 1.0, 1.0});
+  const Json good = manifest_to_json(m);
+  auto back = manifest_from_json(good, "m.json");
+  LM_ASSERT_OK(back.status());
+  EXPECT_EQ(back->sources.at(0).id, "wiki");
+  EXPECT_EQ(back->sources.at(0).train_tokens, 100u);
+  EXPECT_EQ(back->languages.at("bn").docs, 3u);
+  struct Case {
+    std::function<void(Json&)> damage;
+    const char* expect;
+  };
+  const std::vector<Case> cases = {
+      {[](Json& j) { j["sources"][0].erase("weight"); }, "sources[0].weight: missing"},
+      {[](Json& j) { j["sources"][0].erase("id"); }, "sources[0].id: missing"},
+      {[](Json& j) { j["sources"][0]["weight"] = -1; }, "sources[0].weight: -1, expected a finite number >= 0"},
+      {[](Json& j) { j["sources"][0]["docs"] = "3"; }, "sources[0].docs: expected an integer"},
+      {[](Json& j) { j["sources"][0]["shares"] = 1; }, "sources[0]"},
+      {[](Json& j) { j["sources"][0] = 5; }, "sources[0]: expected an object"},
+      {[](Json& j) { j["languages"]["bn"]["tokens"] = 1; }, "languages.bn"},
+      {[](Json& j) { j["languages"]["bn"]["chars"] = -4; }, "languages.bn.chars: expected a non-negative integer"},
+  };
+  for (const auto& c : cases) {
+    Json j = good;
+    c.damage(j);
+    auto r = manifest_from_json(j, "m.json");
+    ASSERT_FALSE(r.ok()) << c.expect;
+    EXPECT_NE(r.status().message().find(c.expect), std::string::npos) << r.status().message();
+  }
+}
+
 // The CLI maps each of these errors to exit code 2 (bad input).
 TEST(ShardCli, VerifyExitsTwoOnDamagedShards) {
   const std::string bin = LM_BINARY_DIR "/app/lmtrain";
