@@ -2,6 +2,7 @@
 
 #include <sys/stat.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <set>
@@ -10,6 +11,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
 #include "core/config.h"
 #include "core/file.h"
 #include "core/log.h"
@@ -291,8 +293,24 @@ absl::StatusOr<std::vector<double>> read_sources(const data::CorpusManifest& m, 
 }
 
 // A short source is never silent: it is named with its size, its asked share and what it gave.
+// A corpus smaller than the sample (every source read to its end, as the demo's) is one warning
+// with each source's share, not one per source.
 void warn_shortfalls(const TrainingSample& out, const TrainOptions& o, int64_t total_chars) {
   const double sample = static_cast<double>(o.sample_chars);
+  const bool all_read = !out.sources.empty() && static_cast<double>(total_chars) < 0.99 * sample &&
+                        std::all_of(out.sources.begin(), out.sources.end(),
+                                    [](const SourceSample& s) { return s.exhausted; });
+  if (all_read && !o.keep_ratio) {
+    std::vector<std::string> shares;
+    for (const SourceSample& s : out.sources)
+      shares.push_back(absl::StrFormat("'%s' %.1f%% (weights ask %.1f%%)", s.id,
+                                       total_chars > 0 ? 100.0 * s.chars / total_chars : 0.0, 100 * s.weight_share));
+    log_warn("tokenizer sample: %s characters instead of the %s asked (sample_chars): the whole corpus is smaller, "
+             "so every source is used to its end and the mix is the corpus's own: %s (add text or lower "
+             "--sample-chars to silence this)",
+             format_count(total_chars), format_count(sample), absl::StrJoin(shares, ", "));
+    return;
+  }
   for (const SourceSample& s : out.sources) {
     if (!s.exhausted || s.read_chars >= s.asked_chars) continue;
     log_warn("tokenizer sample: source %s has %s characters, less than its share %.1f%% of the %s-character "

@@ -401,6 +401,27 @@ TEST_F(SmallSource, KeepRatioShrinksTheSampleButSaysSo) {
   EXPECT_NE(err.find("instead of the 60.0k asked"), std::string::npos) << err;
 }
 
+// A corpus smaller than the whole sample (the demo's) gets one warning naming every source's share,
+// not one per source.
+TEST_F(SmallSource, AWholeCorpusSmallerThanTheSampleIsOneWarning) {
+  auto m = lm::data::load_manifest(dir_ + "/corpus.json");
+  ASSERT_TRUE(m.ok()) << m.status();
+  TrainOptions o;
+  o.sample_chars = 100000000;
+  ::testing::internal::CaptureStderr();
+  auto s = build_sample(*m, o);
+  const std::string err = ::testing::internal::GetCapturedStderr();
+  ASSERT_TRUE(s.ok()) << s.status();
+  for (const auto& src : s->sources) EXPECT_TRUE(src.exhausted) << src.id;
+  EXPECT_EQ(err.find("less than its share"), std::string::npos) << err;
+  size_t warnings = 0;
+  for (size_t at = err.find("warn"); at != std::string::npos; at = err.find("warn", at + 1)) ++warnings;
+  EXPECT_EQ(warnings, 1u) << err;
+  EXPECT_NE(err.find("instead of the 100.00M asked (sample_chars): the whole corpus is smaller"), std::string::npos)
+      << err;
+  for (const char* id : {"'news'", "'tiny'", "'wiki'"}) EXPECT_NE(err.find(id), std::string::npos) << id << ": " << err;
+}
+
 TEST_F(SmallSource, VocabularyTooLargeNamesTheSampleSourcesAndOption) {
   auto m = lm::data::load_manifest(dir_ + "/corpus.json");
   ASSERT_TRUE(m.ok()) << m.status();
