@@ -22,16 +22,39 @@ cat > "$W/run.json" <<JSON
 JSON
 FIT=("$LMTRAIN" fit --data "$W/shards" --preset tiny --config "$W/run.json" $Q)
 
+t0=$(date +%s.%N)
 "${FIT[@]}" --out "$W/ref" >/dev/null
-kills=0; attempts=0
+ref_s=$(awk -v a=$t0 -v b=$(date +%s.%N) 'BEGIN{printf "%.3f", b-a}')
+# Kill moments in training spread over up to the uninterrupted run's time / (2 KILLS) (at most 1.5 s),
+# so that on a fast machine too all KILLS land before the run can finish (a soak that kills less
+# than asked is refused below, not passed).
+window=$(awk -v r=$ref_s -v k=$KILLS 'BEGIN{w=r/(2*k); if (w>1.5) w=1.5; if (w<0.05) w=0.05; printf "%.3f", w}')
+kills=0; startup_kills=0; attempts=0
 "${FIT[@]}" --out "$W/soak" --stop-at-step 1 >/dev/null   # creates the run folder
 while :; do
+  logged=$(wc -l < "$W/soak/metrics.jsonl" 2>/dev/null || echo 0)
   "${FIT[@]}" --out "$W/soak" --resume >/dev/null 2>&1 &
   pid=$!
   if [ "$kills" -lt "$KILLS" ]; then
-    # A random moment in the next ~1.5 s: start-up, mid-step, or inside a checkpoint write.
-    sleep "$(awk -v s=$RANDOM 'BEGIN{srand(s); printf "%.3f", 0.15 + rand()*1.5}')"
-    if kill -9 "$pid" 2>/dev/null; then kills=$((kills+1)); fi
+    # Every third kill lands in start-up (checks, resume); the others once this start has trained
+    # past what the run had logged (so each start makes progress), then mid-step or inside a
+    # checkpoint write.
+    if [ $((kills % 3)) -eq 0 ]; then
+      sleep "$(awk -v s=$RANDOM 'BEGIN{srand(s); printf "%.3f", rand()*0.3}')"
+      where=startup
+    else
+      for _ in $(seq 1000); do
+        [ "$(wc -l < "$W/soak/metrics.jsonl" 2>/dev/null || echo 0)" -gt "$logged" ] && break
+        kill -0 "$pid" 2>/dev/null || break
+        sleep 0.01
+      done
+      sleep "$(awk -v s=$RANDOM -v w=$window 'BEGIN{srand(s); printf "%.3f", rand()*w}')"
+      where=training
+    fi
+    if kill -9 "$pid" 2>/dev/null; then
+      kills=$((kills+1))
+      [ "$where" = startup ] && startup_kills=$((startup_kills+1))
+    fi
     wait "$pid" 2>/dev/null || true
   else
     wait "$pid"
@@ -40,6 +63,7 @@ while :; do
   [ -f "$W/soak/latest" ] && grep -q "step-$(printf %08d "$STEPS")" "$W/soak/latest" && break
   [ "$attempts" -gt $((KILLS * 4 + 10)) ] && { echo "soak: no progress after $attempts starts"; exit 1; }
 done
+[ "$kills" -eq "$KILLS" ] || { echo "soak: only $kills of $KILLS kills landed before the run finished (uninterrupted run ${ref_s} s)"; exit 1; }
 ref_ck="$W/ref/checkpoints/$(cat "$W/ref/latest")"; soak_ck="$W/soak/checkpoints/$(cat "$W/soak/latest")"
 cmp "$ref_ck/model.safetensors" "$soak_ck/model.safetensors" || { echo "soak: final weights differ"; exit 1; }
 cmp "$ref_ck/optimizer.safetensors" "$soak_ck/optimizer.safetensors" || { echo "soak: optimizer state differs"; exit 1; }
@@ -47,7 +71,7 @@ extract() { python3 -c 'import json,sys
 for l in open(sys.argv[1]):
     d=json.loads(l); print(d["step"], d["loss"].hex())' "$1"; }
 diff <(extract "$W/ref/metrics.jsonl") <(extract "$W/soak/metrics.jsonl") >/dev/null || { echo "soak: loss sequences differ"; exit 1; }
-echo "soak: $kills kills (kill -9 at random moments), $attempts starts: final weights, optimizer state and $STEPS losses bit-identical"
+echo "soak: $kills kills (kill -9 at random moments: $startup_kills in start-up, the others within ${window} s of training; uninterrupted run ${ref_s} s), $attempts starts: final weights, optimizer state and $STEPS losses bit-identical"
 
 # SIGTERM: finish the step, checkpoint, exit 143.
 "${FIT[@]}" --out "$W/term" >/dev/null 2>&1 &
