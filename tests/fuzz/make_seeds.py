@@ -83,6 +83,13 @@ def configs():
                                      "natural_share": 0.5}},
                 "prepare": {"threads": 2}}
     put("fuzz_config", "manifest", b"\2" + json.dumps(manifest).encode())
+    # Version 2 (issue 21): the framing is required, sources are per-source reports.
+    v2 = dict(manifest, version=2, framing={"bos": True, "eos": True},
+              shards=[dict(manifest["shards"][0], source="news")],
+              sources=[{"id": "news", "lang": "bn", "weight": 4.0, "docs": 10, "chars": 5000,
+                        "train_tokens": 1000, "val_tokens": 100, "share": 1.0, "natural_share": 1.0}])
+    put("fuzz_config", "manifest-v2", b"\2" + json.dumps(v2).encode())
+    put("fuzz_config", "manifest-v2-no-framing", b"\2" + json.dumps(dict(v2, framing=None)).encode())
     put("fuzz_config", "not-json", b"\0{\"model\": ")
 
 
