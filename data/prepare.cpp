@@ -8,6 +8,7 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <memory>
 #include <mutex>
 #include <set>
 #include <thread>
@@ -142,39 +143,54 @@ void fill_report(const CorpusManifest& corpus, const std::vector<Output>& output
 
 }  // namespace
 
-absl::StatusOr<ShardManifest> prepare(const PrepareOptions& o) {
+namespace {
+
+absl::Status check_options(const PrepareOptions& o) {
   if (!(o.val_fraction >= 0 && o.val_fraction < 1)) {
     return absl::InvalidArgumentError(
         absl::StrFormat("--val-fraction: %g, expected a number in [0, 1)", o.val_fraction));
   }
   if (o.shard_tokens < 1) return absl::InvalidArgumentError("--shard-tokens: expected >= 1");
-  LM_ASSIGN_OR_RETURN(CorpusManifest corpus, load_manifest(o.corpus));
-  LM_ASSIGN_OR_RETURN(tokenizer::Tokenizer tok, tokenizer::Tokenizer::load(o.tokenizer));
-  std::error_code ec;
-  fs::create_directories(o.out, ec);
-  if (ec) return absl::FailedPreconditionError(absl::StrCat(o.out, ": cannot create the folder: ", ec.message()));
-  // Shards are written into a staging folder and moved in only once the whole corpus has been read:
-  // a bad line late in the corpus (or a full disk) must not replace shards of an existing folder.
-  const fs::path staging = fs::path(o.out) / ".prepare.tmp";
-  LM_RETURN_IF_ERROR(remove_tree(staging.string()));
-  fs::create_directories(staging, ec);
-  if (ec) return absl::FailedPreconditionError(absl::StrCat(staging.string(), ": cannot create: ", ec.message()));
-  struct RemoveOnExit {
-    fs::path dir;
-    ~RemoveOnExit() { (void)remove_tree(dir.string()); }
-  } remove_staging{staging};
+  return absl::OkStatus();
+}
 
-  std::set<std::string> langs;
-  uint64_t total_bytes = 0;
-  for (const auto& src : corpus.sources) {
-    langs.insert(src.lang);
-    for (const auto& p : resolve_paths(corpus, src)) total_bytes += estimated_uncompressed_bytes(p);
+// Shards are written into a staging folder inside `out` and moved in only once the whole corpus
+// has been read: a bad line late in the corpus (or a full disk) must not replace shards of an
+// existing folder. The staging folder is removed however prepare ends.
+class Staging {
+ public:
+  static absl::StatusOr<std::unique_ptr<Staging>> create(const std::string& out) {
+    std::error_code ec;
+    fs::create_directories(out, ec);
+    if (ec) return absl::FailedPreconditionError(absl::StrCat(out, ": cannot create the folder: ", ec.message()));
+    const fs::path dir = fs::path(out) / ".prepare.tmp";
+    LM_RETURN_IF_ERROR(remove_tree(dir.string()));
+    fs::create_directories(dir, ec);
+    if (ec) return absl::FailedPreconditionError(absl::StrCat(dir.string(), ": cannot create: ", ec.message()));
+    return std::unique_ptr<Staging>(new Staging(dir, out));
   }
-  const int n_threads = o.threads > 0 ? o.threads : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
-  log_info("prepare: %d sources, %d languages, ~%.1f MB of text, tokenizer %s (vocab %d, documents as %s), %d threads",
-           corpus.sources.size(), langs.size(), total_bytes / 1e6, tok.hash(), tok.vocab_size(),
-           tok.framing().describe(), n_threads);
+  ~Staging() { (void)remove_tree(dir_.string()); }
+  std::string path(const std::string& name) const { return (dir_ / name).string(); }
+  // Moves every shard of `m` into the output folder, then writes manifest.json (last: a folder
+  // whose manifest names a shard has that shard).
+  absl::Status commit(const ShardManifest& m) const {
+    std::error_code ec;
+    for (const auto& e : m.shards) {
+      fs::rename(dir_ / e.path, fs::path(out_) / e.path, ec);
+      if (ec) return absl::InternalError(absl::StrCat(path(e.path), ": cannot move into ", out_, ": ", ec.message()));
+    }
+    LM_RETURN_IF_ERROR(fsync_dir(out_));
+    return write_manifest(out_, m);
+  }
 
+ private:
+  Staging(fs::path dir, std::string out) : dir_(std::move(dir)), out_(std::move(out)) {}
+  fs::path dir_;
+  std::string out_;
+};
+
+// The manifest's header: the tokenizer's identity and framing, and where it is.
+ShardManifest start_manifest(const tokenizer::Tokenizer& tok, const PrepareOptions& o) {
   ShardManifest m;
   m.tokenizer_hash = tok.hash();
   m.vocab_size = tok.vocab_size();
@@ -184,116 +200,135 @@ absl::StatusOr<ShardManifest> prepare(const PrepareOptions& o) {
   // Relative to the shards folder, so shards and tokenizer moved together (another machine, another
   // folder) still find each other; fit resolves it against the folder (ShardSet::tokenizer_path).
   m.tokenizer_dir = relative_to(o.tokenizer, o.out);
+  return m;
+}
 
-  std::vector<Output> outputs;  // index 2*source + (val ? 1 : 0)
-  for (size_t i = 0; i < corpus.sources.size(); ++i) {
-    for (const char* split : {"train", "val"}) {
-      outputs.push_back(
-          Output{corpus.sources[i].lang, split, ShardWriter(tok.vocab_size(), tok.hash()), source_id(corpus, i)});
-    }
+// One Output per (source, split), index 2*source + (val ? 1 : 0); a full one is written to staging
+// as the next shard of its source and split and entered in the manifest.
+class Outputs {
+ public:
+  Outputs(const CorpusManifest& corpus, const tokenizer::Tokenizer& tok, const Staging& staging, ShardManifest& m,
+          uint64_t shard_tokens)
+      : staging_(staging), m_(m), shard_tokens_(shard_tokens) {
+    for (size_t i = 0; i < corpus.sources.size(); ++i)
+      for (const char* split : {"train", "val"})
+        all.push_back(Output{corpus.sources[i].lang, split, ShardWriter(tok.vocab_size(), tok.hash()),
+                             source_id(corpus, i)});
   }
-  auto flush = [&](Output& out) -> absl::Status {
+  absl::Status add(int source, bool val, const std::vector<int32_t>& doc) {
+    Output& out = all[2 * source + (val ? 1 : 0)];
+    LM_RETURN_IF_ERROR(out.writer.add_document(doc));
+    out.docs += 1;
+    out.tokens += doc.size();
+    return out.writer.n_tokens() >= shard_tokens_ ? flush(out) : absl::OkStatus();
+  }
+  absl::Status flush_all() {
+    for (auto& out : all) LM_RETURN_IF_ERROR(flush(out));
+    return absl::OkStatus();
+  }
+  std::vector<Output> all;
+
+ private:
+  absl::Status flush(Output& out) {
     if (out.writer.n_docs() == 0) return absl::OkStatus();
     const std::string name =
         absl::StrFormat("%s.%s.%s.%05d.lmtok", out.lang, out.source, out.split, out.next_index++);
     ShardEntry e{name, out.lang, out.split, out.writer.n_tokens(), out.writer.n_docs(), out.source};
-    LM_RETURN_IF_ERROR(out.writer.write((staging / name).string()));
-    m.shards.push_back(e);
+    LM_RETURN_IF_ERROR(out.writer.write(staging_.path(name)));
+    m_.shards.push_back(e);
     return absl::OkStatus();
-  };
+  }
+  const Staging& staging_;
+  ShardManifest& m_;
+  uint64_t shard_tokens_;
+};
 
-  // Reader thread: documents of every source in manifest order, in batches of ~batch_bytes.
-  BatchQueue queue(2);
-  std::vector<ReadStats> stats(corpus.sources.size());
-  absl::Status read_status;
-  std::thread reader([&] {
-    ReadOptions ro;
-    ro.skip_invalid_utf8 = o.skip_invalid_utf8;
-    ro.dedup = o.dedup;
-    for (size_t si = 0; si < corpus.sources.size(); ++si) {
-      const CorpusSource& src = corpus.sources[si];
-      Batch b;
-      b.source = static_cast<int>(si);
-      bool cancelled = false;
-      ReadStats st;
-      absl::Status s = for_each_document(corpus, src, ro, [&](const std::string& doc) -> absl::Status {
-        b.bytes += doc.size();
-        b.docs.push_back(doc);
-        if (static_cast<int64_t>(b.bytes) >= o.batch_bytes) {
-          if (!queue.push(std::move(b))) {
-            cancelled = true;
-            return stop_reading();
-          }
-          b = Batch();
-          b.source = static_cast<int>(si);
-        }
-        return absl::OkStatus();
-      }, &st);
-      stats[si].add(st);
-      if (!s.ok()) {
-        read_status = s;
-        break;
+// The reader thread's work: documents of every source in manifest order, in batches of
+// ~batch_bytes, into `queue` (closed at the end); stops early when the encoder cancels.
+absl::Status read_corpus(const CorpusManifest& corpus, const PrepareOptions& o, BatchQueue& queue,
+                         std::vector<ReadStats>& stats) {
+  ReadOptions ro;
+  ro.skip_invalid_utf8 = o.skip_invalid_utf8;
+  ro.dedup = o.dedup;
+  absl::Status status;
+  for (size_t si = 0; si < corpus.sources.size() && status.ok(); ++si) {
+    Batch b;
+    b.source = static_cast<int>(si);
+    bool cancelled = false;
+    ReadStats st;
+    status = for_each_document(corpus, corpus.sources[si], ro, [&](const std::string& doc) -> absl::Status {
+      b.bytes += doc.size();
+      b.docs.push_back(doc);
+      if (static_cast<int64_t>(b.bytes) < o.batch_bytes) return absl::OkStatus();
+      if (!queue.push(std::move(b))) {
+        cancelled = true;
+        return stop_reading();
       }
-      if (cancelled || (!b.docs.empty() && !queue.push(std::move(b)))) break;
-    }
-    queue.close();
-  });
+      b = Batch();
+      b.source = static_cast<int>(si);
+      return absl::OkStatus();
+    }, &st);
+    stats[si].add(st);
+    if (status.ok() && (cancelled || (!b.docs.empty() && !queue.push(std::move(b))))) break;
+  }
+  queue.close();
+  return status;
+}
 
-  // Encoder: all cores on each batch, each document framed (bos + text + eos), split by document hash.
+struct EncodeTotals {
+  uint64_t bytes = 0, tokens = 0;
+  double seconds = 0;
+};
+
+// The encoder: all cores on each batch, each document framed (bos + text + eos), split by its hash.
+absl::StatusOr<EncodeTotals> encode_batches(const tokenizer::Tokenizer& tok, const PrepareOptions& o, int n_threads,
+                                            uint64_t total_bytes, BatchQueue& queue, Outputs& outputs) {
   Progress progress("prepare", static_cast<double>(std::max<uint64_t>(total_bytes, 1)), "B");
-  uint64_t done_bytes = 0, done_tokens = 0;
-  absl::Status st;
+  EncodeTotals t;
+  auto rate = [&](double seconds) {
+    return absl::StrFormat("%.2f MB/s, %s tokens", t.bytes / 1e6 / std::max(seconds, 1e-9),
+                           format_count(static_cast<double>(t.tokens)));
+  };
   Batch b;
-  while (st.ok() && queue.pop(&b)) {
+  while (queue.pop(&b)) {
     const auto ids = tok.encode_batch(b.docs, n_threads);
-    for (size_t i = 0; i < ids.size() && st.ok(); ++i) {
-      Output& out = outputs[2 * b.source + (is_validation_doc(b.docs[i], o.val_fraction) ? 1 : 0)];
+    for (size_t i = 0; i < ids.size(); ++i) {
       const std::vector<int32_t> doc = tok.frame(ids[i]);
-      st = out.writer.add_document(doc);
-      out.docs += 1;
-      out.tokens += doc.size();
-      done_tokens += doc.size();
-      if (st.ok() && out.writer.n_tokens() >= o.shard_tokens) st = flush(out);
+      absl::Status st = outputs.add(b.source, is_validation_doc(b.docs[i], o.val_fraction), doc);
+      if (!st.ok()) {
+        queue.cancel();
+        return st;
+      }
+      t.tokens += doc.size();
     }
-    done_bytes += b.bytes;
-    progress.update(static_cast<double>(std::min(done_bytes, total_bytes)),
-                    absl::StrFormat("%.2f MB/s, %s tokens", done_bytes / 1e6 / std::max(progress.elapsed_s(), 1e-9),
-                                    format_count(static_cast<double>(done_tokens))));
+    t.bytes += b.bytes;
+    progress.update(static_cast<double>(std::min(t.bytes, total_bytes)), rate(progress.elapsed_s()));
   }
-  if (!st.ok()) queue.cancel();
-  reader.join();
-  LM_RETURN_IF_ERROR(read_status);
-  LM_RETURN_IF_ERROR(st);
-  if (done_tokens == 0)
-    return absl::InvalidArgumentError(absl::StrCat(
-        o.corpus, ": the corpus has no documents (its files are empty or hold only blank lines); nothing written"));
-  for (auto& out : outputs) LM_RETURN_IF_ERROR(flush(out));
-  const double seconds = progress.elapsed_s();
-  progress.finish(absl::StrFormat("%.2f MB/s, %s tokens", done_bytes / 1e6 / std::max(seconds, 1e-9),
-                                  format_count(static_cast<double>(done_tokens))));
+  t.seconds = progress.elapsed_s();
+  progress.finish(rate(t.seconds));
+  return t;
+}
 
-  ReadStats all;
-  for (const auto& st_i : stats) all.add(st_i);
-  fill_report(corpus, outputs, stats, m);
-  m.prepare = Json{{"corpus", o.corpus},
-                   {"val_fraction", o.val_fraction},
-                   {"dedup", o.dedup},
-                   {"skip_invalid_utf8", o.skip_invalid_utf8},
-                   {"shard_tokens", o.shard_tokens},
-                   {"threads", n_threads},
-                   {"seconds", seconds},
-                   {"text_bytes", done_bytes},
-                   {"mb_per_s", done_bytes / 1e6 / std::max(seconds, 1e-9)},
-                   {"invalid_skipped", all.invalid_skipped},
-                   {"empty_dropped", all.empty_dropped},
-                   {"duplicates_dropped", all.duplicates_dropped},
-                   {"plan_tokens", o.plan_tokens}};
-  if (o.plan_tokens > 0) {
-    const std::vector<Passes> rows = compute_passes(mixture_parts(m), o.plan_tokens);
-    m.prepare["passes"] = passes_to_json(rows, o.plan_tokens);
-    warn_passes(rows, o.plan_tokens, "prepare --plan-tokens");
-  }
-  if (all.invalid_skipped > 0)  // on screen, not only in manifest.json: a skip can hide a wrong file
+// manifest.json's "prepare": how the shards were made.
+Json prepare_record(const PrepareOptions& o, int n_threads, const EncodeTotals& t, const ReadStats& all) {
+  return Json{{"corpus", o.corpus},
+              {"val_fraction", o.val_fraction},
+              {"dedup", o.dedup},
+              {"skip_invalid_utf8", o.skip_invalid_utf8},
+              {"shard_tokens", o.shard_tokens},
+              {"threads", n_threads},
+              {"seconds", t.seconds},
+              {"text_bytes", t.bytes},
+              {"mb_per_s", t.bytes / 1e6 / std::max(t.seconds, 1e-9)},
+              {"invalid_skipped", all.invalid_skipped},
+              {"empty_dropped", all.empty_dropped},
+              {"duplicates_dropped", all.duplicates_dropped},
+              {"plan_tokens", o.plan_tokens}};
+}
+
+// What the user must see on screen, not only in manifest.json.
+void warn_about(const CorpusManifest& corpus, const ShardManifest& m, const PrepareOptions& o, const ReadStats& all) {
+  if (all.invalid_skipped > 0)  // a skip can hide a wrong file
     log_warn("prepare: skipped %ld lines of invalid UTF-8 (--skip-invalid-utf8) against %ld documents read%s",
              all.invalid_skipped, all.documents,
              all.invalid_skipped > all.documents ? ": most of the input is not text - is a file binary or in an unknown format?" : "");
@@ -308,12 +343,56 @@ absl::StatusOr<ShardManifest> prepare(const PrepareOptions& o) {
       log_warn("prepare: language '%s' got no validation documents (raise --val-fraction)", lang);
     }
   }
-  for (const auto& e : m.shards) {
-    fs::rename(staging / e.path, fs::path(o.out) / e.path, ec);
-    if (ec) return absl::InternalError(absl::StrCat((staging / e.path).string(), ": cannot move into ", o.out, ": ", ec.message()));
+}
+
+uint64_t estimated_text_bytes(const CorpusManifest& corpus) {
+  uint64_t total = 0;
+  for (const auto& src : corpus.sources)
+    for (const auto& p : resolve_paths(corpus, src)) total += estimated_uncompressed_bytes(p);
+  return total;
+}
+
+}  // namespace
+
+absl::StatusOr<ShardManifest> prepare(const PrepareOptions& o) {
+  LM_RETURN_IF_ERROR(check_options(o));
+  LM_ASSIGN_OR_RETURN(CorpusManifest corpus, load_manifest(o.corpus));
+  LM_ASSIGN_OR_RETURN(tokenizer::Tokenizer tok, tokenizer::Tokenizer::load(o.tokenizer));
+  LM_ASSIGN_OR_RETURN(std::unique_ptr<Staging> staging, Staging::create(o.out));
+  std::set<std::string> langs;
+  for (const auto& src : corpus.sources) langs.insert(src.lang);
+  const uint64_t total_bytes = estimated_text_bytes(corpus);
+  const int n_threads = o.threads > 0 ? o.threads : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  log_info("prepare: %d sources, %d languages, ~%.1f MB of text, tokenizer %s (vocab %d, documents as %s), %d threads",
+           corpus.sources.size(), langs.size(), total_bytes / 1e6, tok.hash(), tok.vocab_size(),
+           tok.framing().describe(), n_threads);
+
+  ShardManifest m = start_manifest(tok, o);
+  Outputs outputs(corpus, tok, *staging, m, o.shard_tokens);
+  BatchQueue queue(2);  // reading the next batch overlaps encoding this one
+  std::vector<ReadStats> stats(corpus.sources.size());
+  absl::Status read_status;
+  std::thread reader([&] { read_status = read_corpus(corpus, o, queue, stats); });
+  auto encoded = encode_batches(tok, o, n_threads, total_bytes, queue, outputs);
+  reader.join();
+  LM_RETURN_IF_ERROR(read_status);
+  LM_RETURN_IF_ERROR(encoded.status());
+  if (encoded->tokens == 0)
+    return absl::InvalidArgumentError(absl::StrCat(
+        o.corpus, ": the corpus has no documents (its files are empty or hold only blank lines); nothing written"));
+  LM_RETURN_IF_ERROR(outputs.flush_all());
+
+  ReadStats all;
+  for (const auto& st : stats) all.add(st);
+  fill_report(corpus, outputs.all, stats, m);
+  m.prepare = prepare_record(o, n_threads, *encoded, all);
+  if (o.plan_tokens > 0) {
+    const std::vector<Passes> rows = compute_passes(mixture_parts(m), o.plan_tokens);
+    m.prepare["passes"] = passes_to_json(rows, o.plan_tokens);
+    warn_passes(rows, o.plan_tokens, "prepare --plan-tokens");
   }
-  LM_RETURN_IF_ERROR(fsync_dir(o.out));
-  LM_RETURN_IF_ERROR(write_manifest(o.out, m));
+  warn_about(corpus, m, o, all);
+  LM_RETURN_IF_ERROR(staging->commit(m));
   return m;
 }
 

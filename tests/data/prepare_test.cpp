@@ -1,6 +1,7 @@
 // lmtrain prepare end to end on a small synthetic corpus with a tiny trained tokenizer.
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <random>
 
 #include "core/config.h"
@@ -373,6 +374,36 @@ TEST_F(PrepareTest, PlanTokensReportsPassesAndWarnsAboveFour) {
   auto set = ShardSet::open(o.out);
   LM_ASSERT_OK(set.status());
   EXPECT_EQ(format_report(set->manifest()), report);
+}
+
+// A bad line late in the corpus, after many batches were encoded and shards flushed to staging,
+// fails the whole prepare naming file and line; the folder's earlier shards and manifest stay as
+// they were, byte for byte, and no staging folder is left behind.
+TEST_F(PrepareTest, ALateBadLineLeavesTheExistingShardsUntouched) {
+  PrepareOptions o = options("keep");
+  o.shard_tokens = 2000;  // several shards per source, flushed while reading goes on
+  ASSERT_TRUE(prepare(o).ok());
+  std::map<std::string, std::string> before;
+  for (const auto& e : fs::directory_iterator(o.out)) before[e.path().filename().string()] = read_file(e.path().string()).value();
+  ASSERT_GT(before.size(), 4u);
+  {
+    std::ofstream f(dir_->file("late_bad.txt"));
+    for (const auto& d : bn_) f << d << "\n";
+    f << "ok\n\xc3\x28 invalid\n";  // the last line of the last source
+  }
+  std::ofstream(dir_->file("corpus_late_bad.json"))
+      << R"({"sources": [{"paths": ["en.jsonl"], "format": "jsonl", "lang": "en"},
+                         {"paths": ["late_bad.txt"], "format": "lines", "lang": "bn"}]})";
+  o.corpus = dir_->file("corpus_late_bad.json");
+  o.batch_bytes = 2000;
+  auto r = prepare(o);
+  ASSERT_FALSE(r.ok());
+  const std::string msg(r.status().message());
+  EXPECT_NE(msg.find("late_bad.txt:1202"), std::string::npos) << msg;
+  std::map<std::string, std::string> after;
+  for (const auto& e : fs::directory_iterator(o.out)) after[e.path().filename().string()] = read_file(e.path().string()).value();
+  EXPECT_TRUE(after == before) << "files before " << before.size() << ", after " << after.size();
+  EXPECT_FALSE(fs::exists(fs::path(o.out) / ".prepare.tmp"));
 }
 
 TEST_F(PrepareTest, BadInputsAreClearErrors) {
