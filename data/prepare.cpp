@@ -323,6 +323,7 @@ Json prepare_record(const PrepareOptions& o, int n_threads, const EncodeTotals& 
               {"invalid_skipped", all.invalid_skipped},
               {"empty_dropped", all.empty_dropped},
               {"duplicates_dropped", all.duplicates_dropped},
+              {"nulls_skipped", all.nulls_skipped},  // null values of Parquet text columns
               {"plan_tokens", o.plan_tokens}};
 }
 

@@ -131,6 +131,7 @@ TEST_F(PrepareTest, ShardsHoldEveryDocumentWithBosAndEos) {
   EXPECT_DOUBLE_EQ(bn.token_share, 0.75);
   EXPECT_EQ(bn.train_tokens, set->tokens("bn", "train"));
   EXPECT_EQ(m->prepare.at("empty_dropped").get<int64_t>(), 2);
+  EXPECT_EQ(m->prepare.at("nulls_skipped").get<int64_t>(), 0);  // no Parquet here; counted when there is
   EXPECT_NE(format_report(*m).find("75.0%"), std::string::npos) << format_report(*m);
 
   // The sampler reads it with the recorded weights.
