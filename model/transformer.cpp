@@ -7,6 +7,8 @@
 #include <limits>
 #include <mutex>
 
+#include "model/fused_ops.h"
+
 namespace lm::model {
 
 namespace F = torch::nn::functional;
@@ -253,11 +255,18 @@ torch::Tensor AttentionImpl::forward(const torch::Tensor& x, const torch::Tensor
                                      const torch::Tensor& sin) {
   const int64_t B = x.size(0), T = x.size(1);
   // x: [B, T, C] -> q: [B, H, T, D], k, v: [B, Hkv, T, D]
-  auto q = q_proj(x).view({B, T, n_heads_, head_dim_}).transpose(1, 2);
-  auto k = k_proj(x).view({B, T, n_kv_heads_, head_dim_}).transpose(1, 2);
+  torch::Tensor q, k;
+  if (use_cuda_rope && x.is_cuda()) {  // rotated in [B, T, H, D], q and k in one kernel
+    auto [rq, rk] = fused_rope(q_proj(x).view({B, T, n_heads_, head_dim_}),
+                               k_proj(x).view({B, T, n_kv_heads_, head_dim_}), cos, sin);
+    q = rq.transpose(1, 2);
+    k = rk.transpose(1, 2);
+    if (debug_break_fast_path("rope.cuda")) q = q * 1.05;
+  } else {
+    q = apply_rotary(q_proj(x).view({B, T, n_heads_, head_dim_}).transpose(1, 2), cos, sin);
+    k = apply_rotary(k_proj(x).view({B, T, n_kv_heads_, head_dim_}).transpose(1, 2), cos, sin);
+  }
   auto v = v_proj(x).view({B, T, n_kv_heads_, head_dim_}).transpose(1, 2);
-  q = apply_rotary(q, cos, sin);
-  k = apply_rotary(k, cos, sin);
   torch::Tensor y;
   if (use_fused && !debug_break_causality) {
     y = fused_attention(q, k, v);  // grouped-query natively
@@ -318,6 +327,10 @@ MLPImpl::MLPImpl(const ModelConfig& cfg) {
 }
 
 torch::Tensor MLPImpl::forward(const torch::Tensor& x) {
+  if (use_cuda_swiglu && x.is_cuda()) {
+    auto h = fused_swiglu(gate_proj(x), up_proj(x));
+    return down_proj(debug_break_fast_path("swiglu.cuda") ? h * 1.05 : h);
+  }
   auto g = gate_proj(x);
   // LibTorch's CPU SiLU on bf16 runs ~2.5x slower forward and ~3x backward than on fp32 plus the
   // two casts (docs/performance.md, "Profile"); on CUDA the bf16 kernel is the fast one.
@@ -399,6 +412,23 @@ void TransformerImpl::set_fused_rms_norm(bool on) {
     layer->as<BlockImpl>()->post_attention_layernorm->use_fused = on;
   }
   model->norm->use_fused = on;
+}
+
+bool TransformerImpl::set_cuda_kernels(bool on) {
+  if (on && !cuda_kernels_compiled()) return false;
+  set_cuda_swiglu(on);
+  set_cuda_rope(on);
+  return true;
+}
+
+void TransformerImpl::set_cuda_swiglu(bool on) {
+  for (auto& layer : *model->layers) layer->as<BlockImpl>()->mlp->use_cuda_swiglu = on;
+  cuda_swiglu_ = on;
+}
+
+void TransformerImpl::set_cuda_rope(bool on) {
+  for (auto& layer : *model->layers) layer->as<BlockImpl>()->self_attn->use_cuda_rope = on;
+  cuda_rope_ = on;
 }
 
 void TransformerImpl::set_debug_break_causality(bool on) {

@@ -92,6 +92,7 @@ class AttentionImpl : public torch::nn::Module {
                                torch::Tensor* v_cache);
   torch::nn::Linear q_proj{nullptr}, k_proj{nullptr}, v_proj{nullptr}, o_proj{nullptr};
   bool use_fused = true;
+  bool use_cuda_rope = false;  // lmforge's rotary kernel for q and k (model/fused_ops.h), CUDA only
   bool debug_break_causality = false;  // for the causality test only: drops the mask
 
  private:
@@ -105,6 +106,7 @@ class MLPImpl : public torch::nn::Module {
   // SwiGLU (Shazeer 2020): down(silu(gate(x)) * up(x))
   torch::Tensor forward(const torch::Tensor& x);
   torch::nn::Linear gate_proj{nullptr}, up_proj{nullptr}, down_proj{nullptr};
+  bool use_cuda_swiglu = false;  // lmforge's SwiGLU kernel (model/fused_ops.h), CUDA only
 };
 TORCH_MODULE(MLP);
 
@@ -155,6 +157,14 @@ class TransformerImpl : public torch::nn::Module {
   void set_fused_rms_norm(bool on);
   // Switches loss() between the chunked linear_cross_entropy and the reference.
   void set_chunked_loss(bool on) { chunked_loss_ = on; }
+  // lmforge's own CUDA kernels (model/fused_ops.h; off by default until measured on a GPU,
+  // train.hardware.cuda_kernels): SwiGLU and rotary q/k. They act on CUDA tensors only, and
+  // set_cuda_kernels(true) is refused (false returned) by a build without them.
+  bool set_cuda_kernels(bool on);
+  void set_cuda_swiglu(bool on);
+  void set_cuda_rope(bool on);
+  bool cuda_swiglu() const { return cuda_swiglu_; }
+  bool cuda_rope() const { return cuda_rope_; }
   void set_debug_break_causality(bool on);
 
   const ModelConfig& config() const { return cfg_; }
@@ -165,6 +175,7 @@ class TransformerImpl : public torch::nn::Module {
  private:
   ModelConfig cfg_;
   bool chunked_loss_ = true;
+  bool cuda_swiglu_ = false, cuda_rope_ = false;
 };
 TORCH_MODULE(Transformer);
 

@@ -4,6 +4,7 @@
 
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "model/fused_ops.h"
 
 namespace lm::model {
 namespace {
@@ -207,6 +208,40 @@ FastPathCheck check_chunked_loss(Transformer& m, torch::Device device, torch::Sc
                  });
 }
 
+FastPathCheck check_cuda_swiglu(Transformer& m, torch::Device device, torch::ScalarType dt, uint64_t seed) {
+  const auto& cfg = m->config();
+  auto gen = at::detail::createCPUGenerator(seed);
+  std::vector<torch::Tensor> in = {rand_input({2, kCheckSeq, cfg.d_ff}, gen, device, dt),
+                                   rand_input({2, kCheckSeq, cfg.d_ff}, gen, device, dt)};
+  for (auto& x : in) x.set_requires_grad(true);
+  auto up = rand_input({2, kCheckSeq, cfg.d_ff}, gen, device, dt);
+  return compare("swiglu.cuda", "lmforge's SwiGLU kernel vs F::silu(a) * b", dt, in, up,
+                 [&](bool fast, const std::vector<torch::Tensor>& x) {
+                   if (!fast) return torch::nn::functional::silu(x[0]) * x[1];
+                   auto y = fused_swiglu(x[0], x[1]);
+                   return debug_break_fast_path("swiglu.cuda") ? y * 1.05 : y;
+                 });
+}
+
+FastPathCheck check_cuda_rope(Transformer& m, torch::Device device, torch::ScalarType dt, uint64_t seed) {
+  const auto& cfg = m->config();
+  const int64_t H = cfg.n_heads, Hkv = cfg.n_kv_heads, D = cfg.head_dim();
+  const int64_t T = std::min<int64_t>(cfg.max_seq_len, kCheckSeq);
+  auto gen = at::detail::createCPUGenerator(seed);
+  std::vector<torch::Tensor> in = {rand_input({2, T, H, D}, gen, device, dt), rand_input({2, T, Hkv, D}, gen, device, dt)};
+  for (auto& x : in) x.set_requires_grad(true);
+  auto [cos, sin] = rotary_tables(T, D, cfg.rope_theta, 0, device);
+  return compare("rope.cuda", "lmforge's rotary kernel (q and k in one pass) vs apply_rotary", dt, in, {},
+                 [&](bool fast, const std::vector<torch::Tensor>& x) {
+                   if (!fast)  // the model's reference: [B, H, T, D], back to [B, T, H, D] to compare
+                     return torch::cat({apply_rotary(x[0].transpose(1, 2), cos, sin).transpose(1, 2).flatten(),
+                                        apply_rotary(x[1].transpose(1, 2), cos, sin).transpose(1, 2).flatten()});
+                   auto [q, k] = fused_rope(x[0], x[1], cos, sin);
+                   auto y = torch::cat({q.flatten(), k.flatten()});
+                   return debug_break_fast_path("rope.cuda") ? y * 1.05 : y;
+                 });
+}
+
 }  // namespace
 
 const std::vector<FastPath>& fast_paths() {
@@ -217,6 +252,10 @@ const std::vector<FastPath>& fast_paths() {
        [](Transformer& m) { m->set_fused_rms_norm(false); }},
       {"loss.chunked", [](Transformer&, torch::Device) { return true; }, check_chunked_loss,
        [](Transformer& m) { m->set_chunked_loss(false); }},
+      {"swiglu.cuda", [](Transformer& m, torch::Device d) { return d.is_cuda() && m->cuda_swiglu(); },
+       check_cuda_swiglu, [](Transformer& m) { m->set_cuda_swiglu(false); }},
+      {"rope.cuda", [](Transformer& m, torch::Device d) { return d.is_cuda() && m->cuda_rope(); }, check_cuda_rope,
+       [](Transformer& m) { m->set_cuda_rope(false); }},
   };
   return registry;
 }

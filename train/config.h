@@ -105,9 +105,13 @@ struct HardwareConfig {
   // The attention kernel SDPA may pick on CUDA: auto (ATen's choice) | flash | cudnn | efficient |
   // math. The start-up verification checks the chosen one against the reference (model/verify.h).
   std::string sdpa_backend = "auto";
+  // lmforge's own CUDA kernels (SwiGLU, rotary q/k; model/fused_ops.h), each checked against its
+  // reference at start-up. Off until measured on a GPU (docs/performance.md, "Our own CUDA kernels").
+  bool cuda_kernels = false;
   template <class V>
   void visit(V& v) {
     v("device", device); v("dtype", dtype); v("tf32", tf32); v("threads", threads); v("sdpa_backend", sdpa_backend);
+    v("cuda_kernels", cuda_kernels);
   }
 };
 

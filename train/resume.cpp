@@ -18,6 +18,7 @@ ResumeRule resume_rule(const std::string& field) {
     if (field.rfind(section, 0) == 0) return ResumeRule::kInvocation;
   static const std::set<std::string> kInvocation = {
       "train.stop_at_step", "train.nan_skip_limit", "train.hardware.threads", "train.hardware.device",
+      "train.hardware.cuda_kernels",  // a kernel checked against its reference: rounding only
       "train.checkpoint.interval", "train.checkpoint.keep_last"};
   return kInvocation.count(field) ? ResumeRule::kInvocation : ResumeRule::kFixed;
 }

@@ -188,6 +188,13 @@ absl::Status Trainer::build_model() {
   torch::manual_seed(tc_.seed);
   model_ = model::Transformer(req_.model);
   model_->init_weights(tc_.seed);
+  if (tc_.hardware.cuda_kernels) {
+    if (!model_->set_cuda_kernels(true))
+      return absl::FailedPreconditionError(
+          "train.hardware.cuda_kernels: this build has no CUDA kernels (LibTorch without CUDA, or no nvcc when it "
+          "was built); set it false");
+    if (!device_.is_cuda()) log_warn("train.hardware.cuda_kernels: on, but they act on CUDA tensors only (device cpu)");
+  }
   if (!req_.init_from.empty() && !req_.resume) LM_RETURN_IF_ERROR(model::init_from_hf(req_.init_from, model_));
   model_->to(device_);
   model_->train();
