@@ -21,6 +21,7 @@
 
 #include <torch/csrc/autograd/profiler_legacy.h>
 
+#include "absl/strings/str_join.h"
 #include "core/file.h"
 #include "core/config.h"
 #include "core/log.h"
@@ -147,6 +148,8 @@ int main(int argc, char** argv) {
   app.add_option("--device", device);
   app.add_option("--threads", threads);
   app.add_option("--peak-n", peak_n, "matmul size of --mode peak");
+  bool cuda_kernels = false;
+  app.add_flag("--cuda-kernels", cuda_kernels, "train mode: lmforge's own CUDA kernels on (train.hardware.cuda_kernels)");
   std::string profile;
   app.add_option("--profile", profile,
                  "write a chrome trace of the whole run (legacy autograd profiler); "
@@ -178,6 +181,7 @@ int main(int argc, char** argv) {
     return 0;
   }
   double rate = 0, final_loss = 0, first_loss = 0;
+  std::string fell_back;  // fast paths the start-up check switched to their reference
   std::unique_ptr<ShapeProfile> prof;
   if (!profile.empty()) prof = std::make_unique<ShapeProfile>(profile);
   if (mode == "nll") {
@@ -215,6 +219,7 @@ int main(int argc, char** argv) {
     t.steps = steps; t.batch.micro_batch = batch; t.batch.seq_len = seq; t.hardware.dtype = dtype; t.hardware.device = device;
     t.logging.interval = std::max<int64_t>(1, steps / 4); t.eval.interval = 0; t.checkpoint.interval = 0;
     t.debug.verify_at_start = false; t.schedule.warmup_steps = 2; t.hardware.threads = nthreads;
+    t.hardware.cuda_kernels = cuda_kernels;
     RandomSource src(batch * (seq + 1), static_cast<int32_t>(mc.vocab_size));
     auto sum = lm::train::fit(req, src, {});
     rate = steady_rate(lm::RunFolder(req.run_dir).metrics());
@@ -222,12 +227,14 @@ int main(int argc, char** argv) {
     if (!sum.ok()) { std::fprintf(stderr, "error: %s\n", std::string(sum.status().message()).c_str()); return 1; }
     final_loss = sum->final_loss;
     first_loss = sum->losses.empty() ? 0 : sum->losses.front();
+    fell_back = absl::StrJoin(sum->fast_path_fallback, ",");
   }
   prof.reset();  // writes the trace
   std::printf("{\"impl\": \"lmforge\", \"preset\": \"%s\", \"dtype\": \"%s\", \"mode\": \"%s\", \"batch\": %ld, "
               "\"seq\": %ld, \"steps\": %ld, \"threads\": %d, \"tokens_per_s\": %.1f, \"flops_per_token\": %.6g, "
-              "\"params\": %ld, \"peak_rss_mb\": %.1f, \"final_loss\": %.4f, \"first_loss\": %.4f}\n",
+              "\"params\": %ld, \"peak_rss_mb\": %.1f, \"final_loss\": %.4f, \"first_loss\": %.4f, "
+              "\"cuda_kernels\": %s, \"fast_path_fallback\": \"%s\"}\n",
               preset.c_str(), dtype.c_str(), mode.c_str(), batch, seq, steps, nthreads, rate, fpt, params,
-              peak_rss_mb(), final_loss, first_loss);
+              peak_rss_mb(), final_loss, first_loss, cuda_kernels ? "true" : "false", fell_back.c_str());
   return 0;
 }

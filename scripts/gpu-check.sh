@@ -4,7 +4,8 @@
 #   1. build (or use --build DIR), against the machine's own torch, with the carried .debs
 #   2. ctest -L gpu (a run where none ran or any skipped is reported as such, not as a pass)
 #   3. the 400m bf16 train step at the preset's defaults (micro-batch x sequence from
-#      `lmtrain plan`): tokens/s, MFU against the chip's measured bf16 matmul peak, peak memory
+#      `lmtrain plan`): tokens/s, MFU against the chip's measured bf16 matmul peak, peak memory;
+#      again with lmforge's own CUDA kernels on (step-lmforge-kernels)
 #   4. the Python peer (bench/peer_pytorch.py) at the same shape, eager and torch.compile
 #   5. the Hugging Face export loaded by transformers (scripts/gpu-export-check.sh)
 #   6. a 2-process NCCL run (torchrun, tiny preset) equal to 1 process, when two GPUs exist
@@ -143,6 +144,10 @@ print(json.dumps(d))' "$line" "${PEAK:-0}" "${mib:-0}")"
 }
 log "train step: $PRESET bf16, micro-batch $B x $T, $STEPS steps on $DEVICE"
 step_stage step-lmforge "$BUILD/bench/train_step_bench" --preset $PRESET --batch $B --seq $T --steps $STEPS --dtype bf16 --device $DEVICE
+# The same step with lmforge's own CUDA kernels (SwiGLU, rotary q/k; off by default until this
+# measures them): tokens/s against step-lmforge, and "fast_path_fallback" names any that failed
+# the start-up check against its reference on this GPU.
+step_stage step-lmforge-kernels "$BUILD/bench/train_step_bench" --preset $PRESET --batch $B --seq $T --steps $STEPS --dtype bf16 --device $DEVICE --cuda-kernels
 step_stage step-peer-eager "$PY" bench/peer_pytorch.py --preset $PRESET --batch $B --seq $T --steps $STEPS --dtype bf16 --device $DEVICE
 step_stage step-peer-compile "$PY" bench/peer_pytorch.py --preset $PRESET --batch $B --seq $T --steps $STEPS --dtype bf16 --device $DEVICE --compile
 

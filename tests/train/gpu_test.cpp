@@ -119,46 +119,112 @@ struct SyncDebugGuard {
   ~SyncDebugGuard() { c10::cuda::warning_state().set_sync_debug_mode(c10::cuda::SyncDebugMode::L_DISABLED); }
 };
 
+// lmforge's own kernels (swiglu.cuda, rope.cuda) in the start-up registry on this GPU, fp32 and
+// bf16, then the arbiter and causality with them on; a planted break in one is caught, named and
+// switched to its reference while the other stays on.
+TEST_F(Gpu, OwnCudaKernelsMatchTheirReferencesAndABrokenOneFallsBack) {
+  auto cfg = *model::preset("tiny");
+  for (auto dt : {torch::kFloat32, torch::kBFloat16}) {
+    model::Transformer m(cfg);
+    m->to(cuda);
+    ASSERT_TRUE(m->set_cuda_kernels(true)) << "this build has no CUDA kernels";
+    auto r = model::verify_fast_paths(m, cuda, dt, 31);
+    EXPECT_TRUE(r.ok()) << r.summary();
+    EXPECT_EQ(r.checks.size(), 5u) << r.summary();
+    EXPECT_NE(r.summary().find("swiglu.cuda: ok"), std::string::npos) << r.summary();
+    EXPECT_NE(r.summary().find("rope.cuda: ok"), std::string::npos) << r.summary();
+    AutocastGuard autocast(cuda, dt == torch::kBFloat16);
+    auto grad = model::check_gradient_flow(m, 2, 64, 4);
+    EXPECT_TRUE(grad.ok()) << grad.summary();
+    auto causal = model::check_causality(m, 64, 5);
+    EXPECT_TRUE(causal.ok()) << causal.summary();
+  }
+  model::Transformer m(cfg);
+  m->to(cuda);
+  ASSERT_TRUE(m->set_cuda_kernels(true));
+  model::set_debug_break_fast_path("rope.cuda");
+  auto r = model::verify_fast_paths(m, cuda, torch::kBFloat16, 32);
+  model::set_debug_break_fast_path("");
+  EXPECT_EQ(r.fell_back, std::vector<std::string>{"rope.cuda"}) << r.summary();
+  EXPECT_FALSE(m->cuda_rope());
+  EXPECT_TRUE(m->cuda_swiglu());
+}
+
+// The same weights and batch with the kernels on and off: the loss and every gradient agree
+// (fp32 to 1e-5, bf16 autocast to 2e-2 relative).
+TEST_F(Gpu, OwnCudaKernelsGiveTheReferencesLossAndGradients) {
+  auto cfg = *model::preset("tiny");
+  auto window = torch::randint(cfg.vocab_size, {4, 65}, torch::kInt64).to(cuda);
+  for (auto dt : {torch::kFloat32, torch::kBFloat16}) {
+    std::vector<std::pair<double, std::vector<torch::Tensor>>> runs;
+    for (bool kernels : {false, true}) {
+      model::Transformer m(cfg);
+      m->init_weights(9);
+      m->to(cuda);
+      ASSERT_TRUE(m->set_cuda_kernels(kernels));
+      AutocastGuard autocast(cuda, dt == torch::kBFloat16);
+      auto loss = m->loss(window);
+      loss.backward();
+      std::vector<torch::Tensor> grads;
+      for (const auto& p : m->parameters()) grads.push_back(p.grad().detach().to(torch::kFloat32).cpu());
+      runs.emplace_back(loss.item<double>(), grads);
+    }
+    const double tol = dt == torch::kBFloat16 ? 2e-2 : 1e-5;
+    EXPECT_NEAR(runs[1].first, runs[0].first, tol * std::abs(runs[0].first));
+    for (size_t i = 0; i < runs[0].second.size(); ++i) {
+      const auto& a = runs[1].second[i];
+      const auto& b = runs[0].second[i];
+      const double rel = ((a - b).abs().max() / b.abs().max().clamp_min(1e-30)).item<double>();
+      EXPECT_LE(rel, tol) << "parameter " << i << (dt == torch::kBFloat16 ? " (bf16)" : " (fp32)");
+    }
+  }
+}
+
 TEST_F(Gpu, TrainStepHasNoHostSync) {
   // CUDA's sync-debug mode set to error makes any synchronizing call (.item(), a blocking copy,
   // cudaDeviceSynchronize, a stream sync) throw inside the step: a sync that creeps back fails here.
-  // bf16 autocast, grad_accum 2, clipping on (the on-device skip: ClipAndSkipStayOnTheDevice).
-  FitRequest r;
-  r.run_dir = (std::filesystem::temp_directory_path() / ("lm_gpu_step_" + std::to_string(getpid()))).string();
-  (void)lm::remove_tree(r.run_dir);
-  r.model = *model::preset("tiny");
-  r.train.hardware.device = "cuda";
-  r.train.hardware.dtype = "bf16";
-  r.train.steps = 100;
-  r.train.batch.micro_batch = 4;
-  r.train.batch.seq_len = 64;
-  r.train.batch.grad_accum = 2;
-  r.train.logging.interval = 1000;
-  r.train.checkpoint.interval = 0;
-  r.tokenizer_hash = "tok-test";
-  testing::SyntheticSource src(r.train.batch.micro_batch, r.train.batch.seq_len + 1, r.model.vocab_size);
-  const ValSets no_validation;
-  auto t = Trainer::create(r, src, no_validation);
-  ASSERT_TRUE(t.ok()) << t.status();
-  std::vector<StepResult> steps;
-  for (int i = 0; i < 2; ++i) steps.push_back((*t)->train_step());  // warm-up: allocator, cuBLAS handles
-  torch::cuda::synchronize();
-  {
-    SyncDebugGuard guard(c10::cuda::SyncDebugMode::L_ERROR);
-    for (int i = 0; i < 6; ++i) {
-      try {
-        steps.push_back((*t)->train_step());
-      } catch (const std::exception& e) {
-        FAIL() << "step " << steps.size() + 1 << " synchronized with the host: " << e.what();
+  // bf16 autocast, grad_accum 2, clipping on (the on-device skip: ClipAndSkipStayOnTheDevice);
+  // with lmforge's own kernels off (the default) and on.
+  for (bool kernels : {false, true}) {
+    SCOPED_TRACE(kernels ? "train.hardware.cuda_kernels on" : "train.hardware.cuda_kernels off");
+    FitRequest r;
+    r.run_dir = (std::filesystem::temp_directory_path() / ("lm_gpu_step_" + std::to_string(getpid()))).string();
+    (void)lm::remove_tree(r.run_dir);
+    r.model = *model::preset("tiny");
+    r.train.hardware.device = "cuda";
+    r.train.hardware.dtype = "bf16";
+    r.train.steps = 100;
+    r.train.batch.micro_batch = 4;
+    r.train.batch.seq_len = 64;
+    r.train.batch.grad_accum = 2;
+    r.train.logging.interval = 1000;
+    r.train.checkpoint.interval = 0;
+    r.train.hardware.cuda_kernels = kernels;
+    r.tokenizer_hash = "tok-test";
+    testing::SyntheticSource src(r.train.batch.micro_batch, r.train.batch.seq_len + 1, r.model.vocab_size);
+    const ValSets no_validation;
+    auto t = Trainer::create(r, src, no_validation);
+    ASSERT_TRUE(t.ok()) << t.status();
+    std::vector<StepResult> steps;
+    for (int i = 0; i < 2; ++i) steps.push_back((*t)->train_step());  // warm-up: allocator, cuBLAS handles
+    torch::cuda::synchronize();
+    {
+      SyncDebugGuard guard(c10::cuda::SyncDebugMode::L_ERROR);
+      for (int i = 0; i < 6; ++i) {
+        try {
+          steps.push_back((*t)->train_step());
+        } catch (const std::exception& e) {
+          FAIL() << "step " << steps.size() + 1 << " synchronized with the host: " << e.what();
+        }
       }
     }
+    // Read afterwards (a sync is fine now): every step's loss and norm arrived, finite.
+    for (size_t i = 0; i < steps.size(); ++i) {
+      auto rec = steps[i].record.cpu();
+      EXPECT_TRUE(std::isfinite(rec[0].item<double>()) && std::isfinite(rec[1].item<double>())) << "step " << i + 1;
+    }
+    (void)lm::remove_tree(r.run_dir);
   }
-  // Read afterwards (a sync is fine now): every step's loss and norm arrived, finite.
-  for (size_t i = 0; i < steps.size(); ++i) {
-    auto rec = steps[i].record.cpu();
-    EXPECT_TRUE(std::isfinite(rec[0].item<double>()) && std::isfinite(rec[1].item<double>())) << "step " << i + 1;
-  }
-  (void)lm::remove_tree(r.run_dir);
 }
 
 TEST_F(Gpu, ClipAndSkipStayOnTheDevice) {
