@@ -5,7 +5,8 @@
 #   2. ctest -L gpu (a run where none ran or any skipped is reported as such, not as a pass)
 #   3. the 400m bf16 train step at the preset's defaults (micro-batch x sequence from
 #      `lmtrain plan`): tokens/s, MFU against the chip's measured bf16 matmul peak, peak memory;
-#      again with lmforge's own CUDA kernels on (step-lmforge-kernels)
+#      again with lmforge's own CUDA kernels on (step-lmforge-kernels), and with SDPA's flash and
+#      cuDNN kernels named (step-lmforge-sdpa-flash, -cudnn)
 #   4. the Python peer (bench/peer_pytorch.py) at the same shape, eager and torch.compile
 #   5. the Hugging Face export loaded by transformers (scripts/gpu-export-check.sh)
 #   6. a 2-process NCCL run (torchrun, tiny preset) equal to 1 process, when two GPUs exist
@@ -134,7 +135,7 @@ mem_peak() { [ "$DEVICE" = cuda ] || { echo 0; return; }; kill "$(cat "$WORK/mem
 step_stage() {  # NAME COMMAND...: one JSON line from the command, with MFU and peak memory added
   local name=$1; shift
   mem_watch "$name"
-  timeout 240 "$@" > "$WORK/$name.out" 2> "$WORK/$name.err"; local rc=$?
+  timeout "${STAGE_S:-240}" "$@" > "$WORK/$name.out" 2> "$WORK/$name.err"; local rc=$?
   local mib; mib=$(mem_peak "$name")
   local line; line=$(grep '^{' "$WORK/$name.out" | tail -1)
   if [ "$rc" != 0 ] || [ -z "$line" ]; then tail_log "$WORK/$name.err" 15; result "$name" failed; return; fi
@@ -148,6 +149,14 @@ step_stage step-lmforge "$BUILD/bench/train_step_bench" --preset $PRESET --batch
 # measures them): tokens/s against step-lmforge, and "fast_path_fallback" names any that failed
 # the start-up check against its reference on this GPU.
 step_stage step-lmforge-kernels "$BUILD/bench/train_step_bench" --preset $PRESET --batch $B --seq $T --steps $STEPS --dtype bf16 --device $DEVICE --cuda-kernels
+# SDPA's kernel named instead of ATen's choice (issue 22: measure cuDNN against flash on H100/H200);
+# half the steps, to stay inside the 8 minutes. On the CPU the backend switch is left alone.
+for backend in flash cudnn; do
+  # 90 s at most each: a backend the chip lacks falls back to the reference attention, which at
+  # 400m x 2048 is slow or out of memory; the stage then fails and says so, within budget.
+  STAGE_S=90 step_stage "step-lmforge-sdpa-$backend" "$BUILD/bench/train_step_bench" --preset $PRESET --batch $B --seq $T \
+    --steps $(( STEPS / 2 > 4 ? STEPS / 2 : 4 )) --dtype bf16 --device $DEVICE --sdpa-backend $backend
+done
 step_stage step-peer-eager "$PY" bench/peer_pytorch.py --preset $PRESET --batch $B --seq $T --steps $STEPS --dtype bf16 --device $DEVICE
 step_stage step-peer-compile "$PY" bench/peer_pytorch.py --preset $PRESET --batch $B --seq $T --steps $STEPS --dtype bf16 --device $DEVICE --compile
 
