@@ -20,6 +20,7 @@ struct CheckOptions {
   int64_t vocab_size = 0;
   int64_t seq = 0;
   bool dry_run = false;
+  bool cuda_kernels = false;
 };
 
 void print_sizes(const model::ModelConfig& c, int64_t seq) {
@@ -55,6 +56,11 @@ absl::Status run_check(const CheckOptions& o) {
   for (const auto& line : absl::StrSplit(version_report("lmtrain check"), '\n')) log_info("%s", std::string(line));
   model::Transformer m(cfg);
   m->to(device);
+  if (o.cuda_kernels) {
+    if (!m->set_cuda_kernels(true))
+      return absl::FailedPreconditionError("--cuda-kernels: this build has no CUDA kernels (LibTorch without CUDA, or no nvcc when it was built)");
+    if (!device.is_cuda()) log_warn("--cuda-kernels: they act on CUDA tensors only; on the CPU the checks below use the reference paths");
+  }
   bool ok = true;
   auto say = [&](bool pass, const std::string& line) {
     ok = ok && pass;
@@ -88,11 +94,14 @@ void add_check(CLI::App& app, Registry& reg) {
   sub->add_option("--seq", o.seq, "sequence length for the checks (default: min(max_seq_len, 64))");
   sub->add_option("--device", o.device, "cpu or cuda")->capture_default_str();
   sub->add_flag("--dry-run", o.dry_run, "print parameter counts and FLOPs only");
+  sub->add_flag("--cuda-kernels", o.cuda_kernels,
+                "also check lmforge's own SwiGLU and rotary CUDA kernels (what fit's train.hardware.cuda_kernels turns on)");
   sub->footer(
       "Examples:\n"
       "  lmtrain check --preset tiny\n"
       "  lmtrain check --preset 400m --dry-run\n"
-      "  lmtrain check --preset small --device cuda");
+      "  lmtrain check --preset small --device cuda\n"
+      "  lmtrain check --preset 400m --device cuda --cuda-kernels   # before fit --set hardware.cuda_kernels=true");
   add_global_flags(sub);
   reg.push_back({sub, [] { return run_check(o); }});
 }
