@@ -49,6 +49,7 @@ struct SwigluFn : torch::autograd::Function<SwigluFn> {
     const auto& a = saved[0];
     const auto& b = saved[1];
     const c10::cuda::CUDAGuard guard(a.device());
+    if (!grads[0].defined()) return {torch::Tensor(), torch::Tensor()};
     auto g = grads[0].to(a.scalar_type()).contiguous();
     auto da = torch::empty_like(a), db = torch::empty_like(b);
     check(kernels::swiglu_backward(a.data_ptr(), b.data_ptr(), g.data_ptr(), da.data_ptr(), db.data_ptr(), a.numel(),
@@ -86,12 +87,19 @@ struct RopeFn : torch::autograd::Function<RopeFn> {
     auto [yq, yk] = rope(q.contiguous(), kk, c, s, /*inverse=*/false);
     ctx->save_for_backward({c, s});
     ctx->saved_data["k_dtype"] = static_cast<int64_t>(k.scalar_type());
+    ctx->saved_data["q_dtype"] = static_cast<int64_t>(q.scalar_type());
+    ctx->saved_data["q_shape"] = q.sizes();
+    ctx->saved_data["k_shape"] = k.sizes();
     return {yq, yk};
   }
   static tensor_list backward(AutogradContext* ctx, tensor_list grads) {
     const auto saved = ctx->get_saved_variables();
-    auto gq = grads[0].contiguous();
-    auto gk = grads[1].to(gq.scalar_type()).contiguous();
+    // An output that reached no loss has no gradient: zeros of its shape stand in.
+    const auto q_shape = ctx->saved_data["q_shape"].toIntVector(), k_shape = ctx->saved_data["k_shape"].toIntVector();
+    const auto dt = static_cast<c10::ScalarType>(ctx->saved_data["q_dtype"].toInt());
+    const auto dev = saved[0].device();
+    auto gq = grads[0].defined() ? grads[0].to(dt).contiguous() : torch::zeros(q_shape, torch::dtype(dt).device(dev));
+    auto gk = grads[1].defined() ? grads[1].to(dt).contiguous() : torch::zeros(k_shape, torch::dtype(dt).device(dev));
     auto [dq, dk] = rope(gq, gk, saved[0], saved[1], /*inverse=*/true);
     const auto k_dtype = static_cast<c10::ScalarType>(ctx->saved_data["k_dtype"].toInt());
     return {dq, dk.to(k_dtype), torch::Tensor(), torch::Tensor()};
