@@ -2,8 +2,8 @@
 # Assembles a CUDA toolkit root at $LM_VENV/cuda from NVIDIA's PyPI wheels, for machines (and
 # the Docker images) with no system CUDA toolkit. LibTorch's CMake config runs FindCUDA,
 # enable_language(CUDA) and FindCUDAToolkit, which need a working nvcc and the usual toolkit
-# layout (bin/nvcc, include/, lib64/libcudart.so, libcublas.so, ...), even though lmforge
-# compiles no CUDA kernels. scripts/setup.sh calls this when no nvcc is found; scripts/build.sh
+# layout (bin/nvcc, include/, lib64/libcudart.so, libcublas.so, ...); lmforge
+# also compiles its own kernels with it (model/kernels/). scripts/setup.sh calls this when no nvcc is found; scripts/build.sh
 # then passes -DCUDAToolkit_ROOT=$LM_VENV/cuda.
 #
 #   bash scripts/cuda_from_wheels.sh [VENV]      # VENV defaults to $LM_VENV (scripts/env.sh)
