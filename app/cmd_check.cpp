@@ -95,7 +95,7 @@ void add_check(CLI::App& app, Registry& reg) {
   sub->add_option("--device", o.device, "cpu or cuda")->capture_default_str();
   sub->add_flag("--dry-run", o.dry_run, "print parameter counts and FLOPs only");
   sub->add_flag("--cuda-kernels", o.cuda_kernels,
-                "also check lmforge's own SwiGLU and rotary CUDA kernels (what fit's train.hardware.cuda_kernels turns on)");
+                "also check lmforge's own SwiGLU, rotary and residual add + RMSNorm CUDA kernels (what fit's train.hardware.cuda_kernels turns on)");
   sub->footer(
       "Examples:\n"
       "  lmtrain check --preset tiny\n"

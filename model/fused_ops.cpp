@@ -2,6 +2,7 @@
 
 #ifdef LM_HAVE_CUDA_KERNELS
 #include <c10/cuda/CUDAGuard.h>
+#include <ATen/cuda/CUDAContext.h>
 #include <c10/cuda/CUDAStream.h>
 
 #include "model/kernels/fused_kernels.h"
@@ -106,6 +107,54 @@ struct RopeFn : torch::autograd::Function<RopeFn> {
   }
 };
 
+
+// s = x + r and y = rms_norm(s) * w; saves s, w (fp32) and each row's rstd.
+struct AddRmsNormFn : torch::autograd::Function<AddRmsNormFn> {
+  static tensor_list forward(AutogradContext* ctx, const torch::Tensor& x, const torch::Tensor& r,
+                             const torch::Tensor& weight, double eps) {
+    const c10::cuda::CUDAGuard guard(x.device());
+    const int64_t C = x.size(-1), rows = x.numel() / C;
+    auto xc = x.contiguous(), rc = r.contiguous();
+    auto w = weight.to(torch::kFloat32).contiguous();
+    auto s = torch::empty_like(xc), y = torch::empty_like(rc);
+    auto rstd = torch::empty({rows}, x.options().dtype(torch::kFloat32));
+    check(kernels::add_rms_norm_forward(xc.data_ptr(), rc.data_ptr(), w.data_ptr<float>(), s.data_ptr(), y.data_ptr(),
+                                        rstd.data_ptr<float>(), rows, C, static_cast<float>(eps), kernel_dtype(xc),
+                                        kernel_dtype(rc), stream_of(xc)),
+          "add_rms_norm_forward");
+    ctx->save_for_backward({s, w, rstd});
+    ctx->saved_data["r_dtype"] = static_cast<int64_t>(r.scalar_type());
+    ctx->saved_data["w_dtype"] = static_cast<int64_t>(weight.scalar_type());
+    return {s, y};
+  }
+  static tensor_list backward(AutogradContext* ctx, tensor_list grads) {
+    const auto saved = ctx->get_saved_variables();
+    const auto& s = saved[0];
+    const auto& w = saved[1];
+    const auto& rstd = saved[2];
+    const c10::cuda::CUDAGuard guard(s.device());
+    const auto r_dtype = static_cast<c10::ScalarType>(ctx->saved_data["r_dtype"].toInt());
+    const auto w_dtype = static_cast<c10::ScalarType>(ctx->saved_data["w_dtype"].toInt());
+    const int64_t C = s.size(-1), rows = s.numel() / C;
+    auto ds_in = grads[0].defined() ? grads[0].to(s.scalar_type()).contiguous() : torch::Tensor();
+    if (!grads[1].defined()) {  // only s reached a loss: the norm passes nothing back
+      auto ds = ds_in.defined() ? ds_in : torch::zeros_like(s);
+      return {ds, ds.to(r_dtype), torch::zeros({C}, w.options().dtype(w_dtype)), torch::Tensor()};
+    }
+    auto dy = grads[1].to(r_dtype).contiguous();
+    const int64_t sms = at::cuda::getCurrentDeviceProperties()->multiProcessorCount;
+    const int64_t blocks = std::max<int64_t>(1, std::min<int64_t>(rows, 4 * sms));
+    auto ds = torch::empty_like(s);
+    auto dw_partial = torch::empty({blocks, C}, s.options().dtype(torch::kFloat32));
+    check(kernels::add_rms_norm_backward(dy.data_ptr(), ds_in.defined() ? ds_in.data_ptr() : nullptr, s.data_ptr(),
+                                         w.data_ptr<float>(), rstd.data_ptr<float>(), ds.data_ptr(),
+                                         dw_partial.data_ptr<float>(), rows, C, blocks, kernel_dtype(s),
+                                         kernel_dtype(dy), stream_of(s)),
+          "add_rms_norm_backward");
+    return {ds, ds.to(r_dtype), dw_partial.sum(0).to(w_dtype), torch::Tensor()};
+  }
+};
+
 }  // namespace
 
 bool cuda_kernels_compiled() { return true; }
@@ -115,6 +164,25 @@ torch::Tensor fused_swiglu(const torch::Tensor& gate, const torch::Tensor& up) {
 std::pair<torch::Tensor, torch::Tensor> fused_rope(const torch::Tensor& q, const torch::Tensor& k,
                                                    const torch::Tensor& cos, const torch::Tensor& sin) {
   auto out = RopeFn::apply(q, k, cos, sin);
+  return {out[0], out[1]};
+}
+
+bool fused_add_rms_norm_takes(const torch::Tensor& x, const torch::Tensor& r, torch::ScalarType out_dtype) {
+  return x.is_cuda() && r.scalar_type() == out_dtype &&
+         c10::promoteTypes(x.scalar_type(), r.scalar_type()) == x.scalar_type() && x.dim() >= 1 &&
+         x.size(-1) <= kernels::kAddRmsNormMaxCols && x.numel() > 0;
+}
+
+std::pair<torch::Tensor, torch::Tensor> fused_add_rms_norm(const torch::Tensor& x, const torch::Tensor& r,
+                                                           const torch::Tensor& weight, double eps,
+                                                           torch::ScalarType out_dtype) {
+  TORCH_CHECK(x.is_cuda() && r.device() == x.device() && weight.device() == x.device(),
+              "fused_add_rms_norm: CUDA tensors on one device");
+  TORCH_CHECK(x.sizes() == r.sizes() && x.dim() >= 1 && weight.dim() == 1 && weight.size(0) == x.size(-1),
+              "fused_add_rms_norm: x ", x.sizes(), ", r ", r.sizes(), " and weight ", weight.sizes(), " do not match");
+  TORCH_CHECK(fused_add_rms_norm_takes(x, r, out_dtype), "fused_add_rms_norm: x ", x.scalar_type(), ", r ",
+              r.scalar_type(), " to ", out_dtype, " with ", x.size(-1), " columns is not a case the kernel takes");
+  auto out = AddRmsNormFn::apply(x, r, weight, eps);
   return {out[0], out[1]};
 }
 
@@ -129,6 +197,13 @@ torch::Tensor fused_swiglu(const torch::Tensor&, const torch::Tensor&) {
 std::pair<torch::Tensor, torch::Tensor> fused_rope(const torch::Tensor&, const torch::Tensor&, const torch::Tensor&,
                                                    const torch::Tensor&) {
   TORCH_CHECK(false, "fused_rope: this build has no CUDA kernels (LibTorch without CUDA, or no nvcc at build time)");
+}
+
+bool fused_add_rms_norm_takes(const torch::Tensor&, const torch::Tensor&, torch::ScalarType) { return false; }
+
+std::pair<torch::Tensor, torch::Tensor> fused_add_rms_norm(const torch::Tensor&, const torch::Tensor&,
+                                                           const torch::Tensor&, double, torch::ScalarType) {
+  TORCH_CHECK(false, "fused_add_rms_norm: this build has no CUDA kernels (LibTorch without CUDA, or no nvcc at build time)");
 }
 
 #endif

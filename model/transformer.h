@@ -16,7 +16,8 @@
 namespace lm::model {
 
 // Fast paths can be broken on purpose for the start-up verification's tests (model/verify.h):
-// the named path ("attention.sdpa", "rms_norm.aten", "loss.chunked") then scales its output by
+// the named path ("attention.sdpa", "rms_norm.aten", "loss.chunked", "swiglu.cuda", "rope.cuda",
+// "add_rms_norm.cuda") then scales its output by
 // 1.05. Empty (the default) breaks nothing; a process-wide setting, read on every call.
 void set_debug_break_fast_path(const std::string& name);
 bool debug_break_fast_path(const char* name);
@@ -34,6 +35,7 @@ class RMSNormImpl : public torch::nn::Module {
   torch::Tensor forward(const torch::Tensor& x);
   torch::Tensor weight;
   bool use_fused = true;  // on CUDA only
+  double eps() const { return eps_; }
 
  private:
   double eps_;
@@ -158,13 +160,16 @@ class TransformerImpl : public torch::nn::Module {
   // Switches loss() between the chunked linear_cross_entropy and the reference.
   void set_chunked_loss(bool on) { chunked_loss_ = on; }
   // lmforge's own CUDA kernels (model/fused_ops.h; off by default until measured on a GPU,
-  // train.hardware.cuda_kernels): SwiGLU and rotary q/k. They act on CUDA tensors only, and
-  // set_cuda_kernels(true) is refused (false returned) by a build without them.
+  // train.hardware.cuda_kernels): SwiGLU, rotary q/k, and each residual add with the RMSNorm
+  // after it. They act on CUDA tensors only, and set_cuda_kernels(true) is refused (false
+  // returned) by a build without them.
   bool set_cuda_kernels(bool on);
   void set_cuda_swiglu(bool on);
   void set_cuda_rope(bool on);
+  void set_cuda_add_norm(bool on) { cuda_add_norm_ = on; }
   bool cuda_swiglu() const { return cuda_swiglu_; }
   bool cuda_rope() const { return cuda_rope_; }
+  bool cuda_add_norm() const { return cuda_add_norm_; }
   void set_debug_break_causality(bool on);
 
   const ModelConfig& config() const { return cfg_; }
@@ -175,7 +180,9 @@ class TransformerImpl : public torch::nn::Module {
  private:
   ModelConfig cfg_;
   bool chunked_loss_ = true;
-  bool cuda_swiglu_ = false, cuda_rope_ = false;
+  bool cuda_swiglu_ = false, cuda_rope_ = false, cuda_add_norm_ = false;
+  // hidden() with each residual add fused into the RMSNorm after it (CUDA).
+  torch::Tensor hidden_add_norm(torch::Tensor x, const torch::Tensor& cos, const torch::Tensor& sin);
 };
 TORCH_MODULE(Transformer);
 

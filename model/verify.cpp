@@ -1,6 +1,7 @@
 #include "model/verify.h"
 
 #include <cmath>
+#include <tuple>
 
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
@@ -242,6 +243,33 @@ FastPathCheck check_cuda_rope(Transformer& m, torch::Device device, torch::Scala
                  });
 }
 
+
+FastPathCheck check_cuda_add_norm(Transformer& m, torch::Device device, torch::ScalarType dt, uint64_t seed) {
+  const auto& cfg = m->config();
+  auto gen = at::detail::createCPUGenerator(seed);
+  // As in the model under autocast: the residual stream in fp32, the sublayer's output and the
+  // normalised output in the compute dtype. A gradient reaches both outputs (s feeds the next
+  // residual add, y the next sublayer).
+  const std::vector<int64_t> shape = {2, kCheckSeq, cfg.d_model};
+  std::vector<torch::Tensor> in = {rand_input(shape, gen, device, torch::kFloat32), rand_input(shape, gen, device, dt),
+                                   (1.0 + rand_input({cfg.d_model}, gen, device, torch::kFloat32, 0.1))};
+  for (auto& x : in) x.set_requires_grad(true);
+  auto up = rand_input({2 * shape[0] * shape[1] * shape[2]}, gen, device, torch::kFloat32);
+  const double eps = cfg.norm_eps;
+  return compare("add_rms_norm.cuda", "lmforge's residual add + RMSNorm kernel vs x + r, then the fp32 RMSNorm", dt,
+                 in, up, [&](bool fast, const std::vector<torch::Tensor>& x) {
+                   torch::Tensor s, y;
+                   if (fast) {
+                     std::tie(s, y) = fused_add_rms_norm(x[0], x[1], x[2], eps, dt);
+                     if (debug_break_fast_path("add_rms_norm.cuda")) y = y * 1.05;
+                   } else {
+                     s = x[0] + x[1];
+                     y = reference_rms_norm(s, x[2], eps).to(dt);
+                   }
+                   return torch::cat({s.flatten().to(torch::kFloat32), y.flatten().to(torch::kFloat32)});
+                 });
+}
+
 }  // namespace
 
 const std::vector<FastPath>& fast_paths() {
@@ -256,6 +284,8 @@ const std::vector<FastPath>& fast_paths() {
        check_cuda_swiglu, [](Transformer& m) { m->set_cuda_swiglu(false); }},
       {"rope.cuda", [](Transformer& m, torch::Device d) { return d.is_cuda() && m->cuda_rope(); }, check_cuda_rope,
        [](Transformer& m) { m->set_cuda_rope(false); }},
+      {"add_rms_norm.cuda", [](Transformer& m, torch::Device d) { return d.is_cuda() && m->cuda_add_norm(); },
+       check_cuda_add_norm, [](Transformer& m) { m->set_cuda_add_norm(false); }},
   };
   return registry;
 }

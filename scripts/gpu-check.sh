@@ -145,8 +145,8 @@ print(json.dumps(d))' "$line" "${PEAK:-0}" "${mib:-0}")"
 }
 log "train step: $PRESET bf16, micro-batch $B x $T, $STEPS steps on $DEVICE"
 step_stage step-lmforge "$BUILD/bench/train_step_bench" --preset $PRESET --batch $B --seq $T --steps $STEPS --dtype bf16 --device $DEVICE
-# The same step with lmforge's own CUDA kernels (SwiGLU, rotary q/k; off by default until this
-# measures them): tokens/s against step-lmforge, and "fast_path_fallback" names any that failed
+# The same step with lmforge's own CUDA kernels (SwiGLU, rotary q/k, add + RMSNorm; off by
+# default until this measures them): tokens/s against step-lmforge, and "fast_path_fallback" names any that failed
 # the start-up check against its reference on this GPU.
 step_stage step-lmforge-kernels "$BUILD/bench/train_step_bench" --preset $PRESET --batch $B --seq $T --steps $STEPS --dtype bf16 --device $DEVICE --cuda-kernels
 # SDPA's kernel named instead of ATen's choice (issue 22: measure cuDNN against flash on H100/H200);

@@ -105,8 +105,9 @@ struct HardwareConfig {
   // The attention kernel SDPA may pick on CUDA: auto (ATen's choice) | flash | cudnn | efficient |
   // math. The start-up verification checks the chosen one against the reference (model/verify.h).
   std::string sdpa_backend = "auto";
-  // lmforge's own CUDA kernels (SwiGLU, rotary q/k; model/fused_ops.h), each checked against its
-  // reference at start-up. Off until measured on a GPU (docs/performance.md, "Our own CUDA kernels").
+  // lmforge's own CUDA kernels (SwiGLU, rotary q/k, residual add + RMSNorm; model/fused_ops.h),
+  // each checked against its reference at start-up. Off until measured on a GPU
+  // (docs/performance.md, "Our own CUDA kernels").
   bool cuda_kernels = false;
   template <class V>
   void visit(V& v) {

@@ -50,4 +50,19 @@ LM_HD RopeIndex rope_index(int64_t n, int64_t T, int64_t H, int64_t D) {
   return RopeIndex{row * D + i, t, i};
 }
 
+// RMSNorm of one row after the residual add (the kernels' add_rms_norm): s = x + r is the new
+// residual stream, y = s * rstd * w with rstd = 1 / sqrt(mean(s^2) + eps), all in fp32 from the
+// stored (rounded) s, as the reference normalises what the add stored.
+LM_HD float rms_rstd(float sum_sq, int64_t C, float eps) {
+  return 1.0f / sqrtf(sum_sq / static_cast<float>(C) + eps);
+}
+LM_HD float rms_norm_out(float s, float rstd, float w) { return s * rstd * w; }
+
+// The gradient of s for one element, given dy, n = s * rstd and the row's mean of (dy * w * n):
+// ds = rstd * (dy w - n * mean(dy w n)) + ds_in, where ds_in is the gradient that reached s
+// itself (the residual stream's later uses). The weight's gradient collects dy * n over rows.
+LM_HD float rms_norm_grad(float dy, float w, float n, float rstd, float mean_gn, float ds_in) {
+  return rstd * (dy * w - n * mean_gn) + ds_in;
+}
+
 }  // namespace lm::kernels

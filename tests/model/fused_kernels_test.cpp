@@ -1,8 +1,9 @@
 // lmforge's own CUDA kernels (model/kernels/) run only on a GPU, but their per-element math and
 // index arithmetic (model/kernels/fused_math.h) are the same code on the host: here a host loop
 // through them must equal the reference ops the model uses on the CPU (F::silu(a) * b and
-// apply_rotary, forward and, through autograd, backward). The kernels' launch code is checked on
-// a GPU by tests/train/gpu_test.cpp (label gpu) and at every GPU start-up (model/verify.h).
+// apply_rotary, the residual add then reference_rms_norm; forward and, through autograd,
+// backward). The kernels' launch code is checked on a GPU by tests/train/gpu_test.cpp (label gpu)
+// and at every GPU start-up (model/verify.h).
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
@@ -69,6 +70,67 @@ TEST(FusedMath, RopeOverQAndKEqualsApplyRotaryAndItsInverseIsTheBackward) {
   }
 }
 
+// The add_rms_norm kernels' per-row algorithm on the host, rows split over `blocks` as the
+// backward's grid does, each block's dw kept apart and summed at the end (the wrapper's sum(0)).
+struct HostAddNorm {
+  torch::Tensor s, y, rstd, ds, dw;
+};
+HostAddNorm host_add_rms_norm(const torch::Tensor& x, const torch::Tensor& r, const torch::Tensor& w,
+                              const torch::Tensor& dy, const torch::Tensor& ds_in, float eps, int64_t blocks) {
+  const int64_t C = x.size(-1), rows = x.numel() / C;
+  HostAddNorm o{torch::empty_like(x), torch::empty_like(x), torch::empty({rows}), torch::empty_like(x),
+                torch::zeros({blocks, C})};
+  const float *px = x.data_ptr<float>(), *pr = r.data_ptr<float>(), *pw = w.data_ptr<float>();
+  float *ps = o.s.data_ptr<float>(), *py = o.y.data_ptr<float>(), *prs = o.rstd.data_ptr<float>();
+  for (int64_t row = 0; row < rows; ++row) {
+    float sum_sq = 0;
+    for (int64_t j = 0; j < C; ++j) {
+      ps[row * C + j] = px[row * C + j] + pr[row * C + j];
+      sum_sq += ps[row * C + j] * ps[row * C + j];
+    }
+    prs[row] = kernels::rms_rstd(sum_sq, C, eps);
+    for (int64_t j = 0; j < C; ++j) py[row * C + j] = kernels::rms_norm_out(ps[row * C + j], prs[row], pw[j]);
+  }
+  const float *pdy = dy.data_ptr<float>(), *pin = ds_in.data_ptr<float>();
+  float *pds = o.ds.data_ptr<float>(), *pdw = o.dw.data_ptr<float>();
+  for (int64_t b = 0; b < blocks; ++b) {
+    for (int64_t row = b; row < rows; row += blocks) {
+      float dot = 0;
+      for (int64_t j = 0; j < C; ++j) dot += pdy[row * C + j] * pw[j] * (ps[row * C + j] * prs[row]);
+      const float mean_gn = dot / static_cast<float>(C);
+      for (int64_t j = 0; j < C; ++j) {
+        const float n = ps[row * C + j] * prs[row];
+        pds[row * C + j] = kernels::rms_norm_grad(pdy[row * C + j], pw[j], n, prs[row], mean_gn, pin[row * C + j]);
+        pdw[b * C + j] += pdy[row * C + j] * n;
+      }
+    }
+  }
+  o.dw = o.dw.sum(0);
+  return o;
+}
+
+// s = x + r, y = reference_rms_norm(s) * w; gradients reach both s (the residual stream's later
+// uses) and y, as in the model.
+TEST(FusedMath, AddRmsNormAndItsGradientsEqualAutogradOfTheReference) {
+  torch::manual_seed(3);
+  const int64_t rows = 37, C = 96;
+  const double eps = 1e-5;
+  auto x = torch::randn({rows, C}, torch::requires_grad()), r = torch::randn({rows, C}, torch::requires_grad());
+  auto w = (1.0 + 0.1 * torch::randn({C})).requires_grad_(true);
+  auto s = x + r;
+  auto y = reference_rms_norm(s, w, eps);
+  auto dy = torch::randn({rows, C}), ds_in = torch::randn({rows, C});
+  auto grads = torch::autograd::grad({s, y}, {x, r, w}, {ds_in, dy});
+  for (int64_t blocks : {int64_t{1}, int64_t{5}, rows}) {
+    auto o = host_add_rms_norm(x.detach(), r.detach(), w.detach(), dy, ds_in, static_cast<float>(eps), blocks);
+    EXPECT_LT(max_rel(o.s, s.detach()), 1e-7);
+    EXPECT_LT(max_rel(o.y, y.detach()), 1e-6);
+    EXPECT_LT(max_rel(o.ds, grads[0]), 1e-5) << "blocks " << blocks;  // ds is dx and dr both
+    EXPECT_LT(max_rel(o.ds, grads[1]), 1e-5) << "blocks " << blocks;
+    EXPECT_LT(max_rel(o.dw, grads[2]), 1e-5) << "blocks " << blocks;
+  }
+}
+
 // A build with CUDA compiles the kernels (CI's does; only running them needs a GPU).
 TEST(FusedKernels, CompiledWhereverLibTorchHasCuda) {
 #ifdef LM_HAVE_CUDA
@@ -82,12 +144,43 @@ TEST(FusedKernels, CompiledWhereverLibTorchHasCuda) {
   if (!cuda_kernels_compiled()) GTEST_SKIP() << "no CUDA kernels in this build";
   EXPECT_TRUE(m->cuda_swiglu());
   EXPECT_TRUE(m->cuda_rope());
+  EXPECT_TRUE(m->cuda_add_norm());
   // On the CPU the model keeps its reference path: the same loss with the switch on or off.
   auto window = torch::randint(cfg.vocab_size, {2, 17}, torch::kInt64);
   const double on = m->loss(window).item<double>();
   m->set_cuda_kernels(false);
   const double off = m->loss(window).item<double>();
   EXPECT_EQ(on, off);
+}
+
+
+// hidden() regrouped for the fused residual add + norm (each sublayer's output joins the stream
+// in the pass that normalises it for the next sublayer) equals Block::forward's order. On the CPU
+// the add and the norm stay apart, so loss and gradients must be bit-identical; the norm weights
+// are drawn apart from 1 so that a wrong next norm shows.
+TEST(FusedKernels, AddNormRegroupingEqualsTheBlocksBitForBit) {
+  auto cfg = *preset("tiny");
+  Transformer m(cfg);
+  m->init_weights(4);
+  {
+    torch::NoGradGuard no_grad;
+    for (auto& p : m->parameters())
+      if (p.dim() == 1) p.copy_(1.0 + 0.2 * torch::randn(p.sizes()));
+  }
+  auto window = torch::randint(cfg.vocab_size, {2, 17}, torch::kInt64);
+  std::vector<torch::Tensor> loss, grads[2];
+  for (bool regrouped : {false, true}) {
+    m->set_cuda_add_norm(regrouped);
+    m->zero_grad();
+    auto l = m->loss(window);
+    l.backward();
+    loss.push_back(l.detach());
+    for (const auto& p : m->parameters())  // a parameter the loop skipped has no gradient: NaN stands in
+      grads[regrouped].push_back(p.grad().defined() ? p.grad().clone() : torch::full_like(p, std::nanf("")));
+  }
+  EXPECT_TRUE(torch::equal(loss[0], loss[1])) << loss[0].item<double>() << " vs " << loss[1].item<double>();
+  for (size_t i = 0; i < grads[0].size(); ++i)
+    EXPECT_TRUE(torch::equal(grads[0][i], grads[1][i])) << "parameter " << i;
 }
 
 }  // namespace

@@ -14,6 +14,8 @@
 #include "core/file.h"
 #include "runtime/runtime.h"
 #include "model/config.h"
+#include "model/fused_ops.h"
+#include "model/kernels/fused_kernels.h"
 #include "model/transformer.h"
 #include "model/verify.h"
 #include "train/device.h"
@@ -130,9 +132,10 @@ TEST_F(Gpu, OwnCudaKernelsMatchTheirReferencesAndABrokenOneFallsBack) {
     ASSERT_TRUE(m->set_cuda_kernels(true)) << "this build has no CUDA kernels";
     auto r = model::verify_fast_paths(m, cuda, dt, 31);
     EXPECT_TRUE(r.ok()) << r.summary();
-    EXPECT_EQ(r.checks.size(), 5u) << r.summary();
+    EXPECT_EQ(r.checks.size(), 6u) << r.summary();
     EXPECT_NE(r.summary().find("swiglu.cuda: ok"), std::string::npos) << r.summary();
     EXPECT_NE(r.summary().find("rope.cuda: ok"), std::string::npos) << r.summary();
+    EXPECT_NE(r.summary().find("add_rms_norm.cuda: ok"), std::string::npos) << r.summary();
     AutocastGuard autocast(cuda, dt == torch::kBFloat16);
     auto grad = model::check_gradient_flow(m, 2, 64, 4);
     EXPECT_TRUE(grad.ok()) << grad.summary();
@@ -148,6 +151,43 @@ TEST_F(Gpu, OwnCudaKernelsMatchTheirReferencesAndABrokenOneFallsBack) {
   EXPECT_EQ(r.fell_back, std::vector<std::string>{"rope.cuda"}) << r.summary();
   EXPECT_FALSE(m->cuda_rope());
   EXPECT_TRUE(m->cuda_swiglu());
+  EXPECT_TRUE(m->cuda_add_norm());
+  model::set_debug_break_fast_path("add_rms_norm.cuda");
+  r = model::verify_fast_paths(m, cuda, torch::kBFloat16, 33);
+  model::set_debug_break_fast_path("");
+  EXPECT_EQ(r.fell_back, std::vector<std::string>{"add_rms_norm.cuda"}) << r.summary();
+  EXPECT_FALSE(m->cuda_add_norm());
+  EXPECT_TRUE(m->cuda_swiglu());
+}
+
+// The fused residual add + RMSNorm when only one of its outputs reaches a loss: the reference's
+// gradients either way. A width the kernel does not take is refused by fused_add_rms_norm_takes
+// (the model then runs the add and the norm apart).
+TEST_F(Gpu, AddRmsNormKernelHandlesOneSidedGradientsAndWideRows) {
+  for (int64_t C : {int64_t{1024}, kernels::kAddRmsNormMaxCols + 8}) {
+    auto x = torch::randn({64, C}, torch::TensorOptions().device(cuda)).requires_grad_(true);
+    auto r = torch::randn({64, C}, torch::TensorOptions().device(cuda)).requires_grad_(true);
+    auto w = torch::ones({C}, torch::TensorOptions().device(cuda)).requires_grad_(true);
+    if (!model::fused_add_rms_norm_takes(x, r, torch::kFloat32)) {
+      EXPECT_GT(C, kernels::kAddRmsNormMaxCols);
+      continue;
+    }
+    for (int side = 0; side < 2; ++side) {
+      auto [s, y] = model::fused_add_rms_norm(x, r, w, 1e-5, torch::kFloat32);
+      auto ref_s = x + r;
+      auto ref_y = model::reference_rms_norm(ref_s, w, 1e-5);
+      auto loss = side == 0 ? s.square().sum() : y.square().sum();
+      auto ref = side == 0 ? ref_s.square().sum() : ref_y.square().sum();
+      auto g = torch::autograd::grad({loss}, {x, r, w}, {}, false, false, /*allow_unused=*/true);
+      auto gr = torch::autograd::grad({ref}, {x, r, w}, {}, false, false, true);
+      for (int i = 0; i < 3; ++i) {
+        auto a = g[i].defined() ? g[i] : torch::zeros_like(gr[i].defined() ? gr[i] : w);
+        auto b = gr[i].defined() ? gr[i] : torch::zeros_like(a);
+        EXPECT_LE((a - b).abs().max().item<double>(), 1e-4 * (1 + b.abs().max().item<double>()))
+            << "input " << i << ", loss on " << (side == 0 ? "s" : "y");
+      }
+    }
+  }
 }
 
 // The same weights and batch with the kernels on and off: the loss and every gradient agree
