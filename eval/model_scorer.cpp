@@ -42,7 +42,9 @@ std::vector<std::vector<double>> score_requests(model::Transformer& model,
   std::unique_ptr<Progress> progress;
   if (!opts.progress_label.empty())
     progress = std::make_unique<Progress>(opts.progress_label, static_cast<double>(total_tokens), "tok");
-  int64_t done_tokens = 0;
+  // Progress counts the tokens through the model (the work, so the ETA holds); the line also
+  // says how many of them were scored, which is fewer with sliding windows or long contexts.
+  int64_t done_tokens = 0, scored_tokens = 0;
   const int64_t bs = std::max<int64_t>(opts.batch_size, 1);
   for (size_t b0 = 0; b0 < order.size(); b0 += bs) {
     const size_t b1 = std::min(order.size(), b0 + static_cast<size_t>(bs));
@@ -60,6 +62,7 @@ std::vector<std::vector<double>> score_requests(model::Transformer& model,
         tgts.push_back(s.targets[j]);
       }
       done_tokens += n;
+      scored_tokens += m;
     }
     // h: [B, T, C] -> only the scored positions [N, C] -> logits [N, V] -> log-probs (fp32)
     auto h = model->hidden(tokens.to(opts.device));
@@ -76,9 +79,9 @@ std::vector<std::vector<double>> score_requests(model::Transformer& model,
       dst.assign(p + q, p + q + s.targets.size());
       q += s.targets.size();
     }
-    if (progress) progress->update(static_cast<double>(done_tokens));
+    if (progress) progress->update(static_cast<double>(done_tokens), format_count(scored_tokens) + " scored");
   }
-  if (progress) progress->finish();
+  if (progress) progress->finish(format_count(scored_tokens) + " scored");
   return out;
 }
 
