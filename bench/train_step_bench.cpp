@@ -6,7 +6,8 @@
 // model's loss under NoGrad), nll (`lmeval nll`'s own path: its windows and batched scorer,
 // per-token log-probs on the host; issue 21 asks evaluation to be as fast as training per token),
 // peak (the CPU matmul ceiling, fp32 and bf16), config (preset shapes and counts, for
-// check_peer_presets.sh).
+// check_peer_presets.sh), kernels (lmforge's own CUDA kernels against their references at the
+// preset's shapes, --steps timed repetitions each; bench/kernel_timing.h).
 #include <CLI/CLI.hpp>
 #include <sys/resource.h>
 #include <unistd.h>
@@ -22,6 +23,7 @@
 #include <torch/csrc/autograd/profiler_legacy.h>
 
 #include "absl/strings/str_join.h"
+#include "bench/kernel_timing.h"
 #include "core/file.h"
 #include "core/config.h"
 #include "core/log.h"
@@ -136,7 +138,7 @@ int main(int argc, char** argv) {
   std::string preset = "small", dtype = "fp32", device = "cpu", mode = "train";
   int64_t batch = 8, seq = 256, steps = 20, vocab = 0, n_layers = 0, n_heads = 0, peak_n = 2048;
   int threads = 0;
-  app.add_option("--mode", mode, "train | forward | nll | peak | config");
+  app.add_option("--mode", mode, "train | forward | nll | peak | config | kernels");
   app.add_option("--preset", preset);
   app.add_option("--batch", batch);
   app.add_option("--seq", seq);
@@ -175,6 +177,12 @@ int main(int argc, char** argv) {
   mc.max_seq_len = std::max(mc.max_seq_len, seq);
   const double fpt = lm::model::train_flops_per_token(mc, seq);
   const int64_t params = lm::model::param_count(mc);
+  if (mode == "kernels") {
+    const auto dt = dtype == "bf16" ? torch::kBFloat16 : dtype == "fp16" ? torch::kFloat16 : torch::kFloat32;
+    std::printf("%s\n", lm::bench::time_own_kernels(mc, batch, seq, torch::Device(device), dt,
+                                                    static_cast<int>(std::max<int64_t>(steps, 1))).dump().c_str());
+    return 0;
+  }
   if (mode == "config") {
     lm::Json j = lm::to_json(mc);
     j["params"] = params;

@@ -5,8 +5,9 @@
 #   2. ctest -L gpu (a run where none ran or any skipped is reported as such, not as a pass)
 #   3. the 400m bf16 train step at the preset's defaults (micro-batch x sequence from
 #      `lmtrain plan`): tokens/s, MFU against the chip's measured bf16 matmul peak, peak memory;
-#      again with lmforge's own CUDA kernels on (step-lmforge-kernels), and with SDPA's flash and
-#      cuDNN kernels named (step-lmforge-sdpa-flash, -cudnn)
+#      again with lmforge's own CUDA kernels on (step-lmforge-kernels), each of those kernels
+#      alone against its reference (kernels), and with SDPA's flash and cuDNN kernels named
+#      (step-lmforge-sdpa-flash, -cudnn)
 #   4. the Python peer (bench/peer_pytorch.py) at the same shape, eager and torch.compile
 #   5. the Hugging Face export loaded by transformers (scripts/gpu-export-check.sh)
 #   6. a 2-process NCCL run (torchrun, tiny preset) equal to 1 process, when two GPUs exist
@@ -31,7 +32,7 @@ while [ $# -gt 0 ]; do
     --out) OUT=$2; shift 2 ;;
     --fetch-deps)
       mkdir -p "$2" && (cd "$2" && apt-get download $DEBS) && du -sh "$2" && exit 0; exit 1 ;;
-    -h|--help) sed -n 2,17p "$0"; exit 0 ;;
+    -h|--help) sed -n 2,19p "$0"; exit 0 ;;
     *) echo "gpu-check: unknown argument '$1' (--help)"; exit 2 ;;
   esac
 done
@@ -149,6 +150,19 @@ step_stage step-lmforge "$BUILD/bench/train_step_bench" --preset $PRESET --batch
 # default until this measures them): tokens/s against step-lmforge, and "fast_path_fallback" names any that failed
 # the start-up check against its reference on this GPU.
 step_stage step-lmforge-kernels "$BUILD/bench/train_step_bench" --preset $PRESET --batch $B --seq $T --steps $STEPS --dtype bf16 --device $DEVICE --cuda-kernels
+# Each own kernel alone, forward + backward against the ops it replaces, at the step's shapes: the
+# time, the speed-up, the GB/s it reaches (against the chip's memory bandwidth) and its largest
+# relative difference, so each kernel's default can be decided on its own. A difference over the
+# bf16 tolerance (2e-2), or a kernel that did not run on a GPU, fails the stage.
+kernels_line=$(timeout 90 "$BUILD/bench/train_step_bench" --mode kernels --preset $PRESET --batch $B --seq $T \
+  --steps 20 --dtype bf16 --device $DEVICE 2> "$WORK/kernels.err" | grep '^{' | tail -1)
+if [ -z "$kernels_line" ]; then tail_log "$WORK/kernels.err" 15; result kernels failed
+else
+  result kernels "$("$PY" -c 'import json,sys; d=json.loads(sys.argv[1]); ops=d["ops"]
+gpu = sys.argv[2] == "cuda"
+bad = [o["op"] for o in ops if (gpu and o["fast_ms"] is None) or (o["max_rel_err"] or 0) > 2e-2]
+print("failed" if bad else "ok")' "$kernels_line" "$DEVICE")" "$kernels_line"
+fi
 # SDPA's kernel named instead of ATen's choice (issue 22: measure cuDNN against flash on H100/H200);
 # half the steps, to stay inside the 8 minutes. On the CPU the backend switch is left alone.
 for backend in flash cudnn; do
