@@ -408,6 +408,12 @@ void TransformerImpl::set_fused_attention(bool on) {
   for (auto& layer : *model->layers) layer->as<BlockImpl>()->self_attn->use_fused = on;
 }
 
+bool TransformerImpl::fused_attention() const {
+  return !model->layers->is_empty() && (*model->layers)[0]->as<BlockImpl>()->self_attn->use_fused;
+}
+
+bool TransformerImpl::fused_rms_norm() const { return model->norm->use_fused; }
+
 void TransformerImpl::set_fused_rms_norm(bool on) {
   for (auto& layer : *model->layers) {
     layer->as<BlockImpl>()->input_layernorm->use_fused = on;

@@ -159,6 +159,9 @@ class TransformerImpl : public torch::nn::Module {
   void set_fused_rms_norm(bool on);
   // Switches loss() between the chunked linear_cross_entropy and the reference.
   void set_chunked_loss(bool on) { chunked_loss_ = on; }
+  bool fused_attention() const;  // the first layer's switch (all layers share it)
+  bool fused_rms_norm() const;
+  bool chunked_loss() const { return chunked_loss_; }
   // lmforge's own CUDA kernels (model/fused_ops.h; off by default until measured on a GPU,
   // train.hardware.cuda_kernels): SwiGLU, rotary q/k, and each residual add with the RMSNorm
   // after it. They act on CUDA tensors only, and set_cuda_kernels(true) is refused (false

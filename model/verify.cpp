@@ -274,11 +274,11 @@ FastPathCheck check_cuda_add_norm(Transformer& m, torch::Device device, torch::S
 
 const std::vector<FastPath>& fast_paths() {
   static const std::vector<FastPath> registry = {
-      {"attention.sdpa", [](Transformer& m, torch::Device) { return m->config().attention == "fused"; },
+      {"attention.sdpa", [](Transformer& m, torch::Device) { return m->fused_attention(); },
        check_attention, [](Transformer& m) { m->set_fused_attention(false); }},
-      {"rms_norm.aten", [](Transformer&, torch::Device d) { return d.is_cuda(); }, check_rms_norm,
+      {"rms_norm.aten", [](Transformer& m, torch::Device d) { return d.is_cuda() && m->fused_rms_norm(); }, check_rms_norm,
        [](Transformer& m) { m->set_fused_rms_norm(false); }},
-      {"loss.chunked", [](Transformer&, torch::Device) { return true; }, check_chunked_loss,
+      {"loss.chunked", [](Transformer& m, torch::Device) { return m->chunked_loss(); }, check_chunked_loss,
        [](Transformer& m) { m->set_chunked_loss(false); }},
       {"swiglu.cuda", [](Transformer& m, torch::Device d) { return d.is_cuda() && m->cuda_swiglu(); },
        check_cuda_swiglu, [](Transformer& m) { m->set_cuda_swiglu(false); }},

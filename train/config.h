@@ -109,10 +109,14 @@ struct HardwareConfig {
   // each checked against its reference at start-up. Off until measured on a GPU
   // (docs/performance.md, "Our own CUDA kernels").
   bool cuda_kernels = false;
+  // Fast paths kept on their reference twin, by registry name (model/verify.h: attention.sdpa,
+  // rms_norm.aten, loss.chunked, swiglu.cuda, rope.cuda, add_rms_norm.cuda): one kernel can be
+  // left off, e.g. when scripts/gpu-check.sh's `kernels` stage finds it slower on a chip.
+  std::vector<std::string> fast_paths_off;
   template <class V>
   void visit(V& v) {
     v("device", device); v("dtype", dtype); v("tf32", tf32); v("threads", threads); v("sdpa_backend", sdpa_backend);
-    v("cuda_kernels", cuda_kernels);
+    v("cuda_kernels", cuda_kernels); v("fast_paths_off", fast_paths_off);
   }
 };
 

@@ -19,6 +19,7 @@ ResumeRule resume_rule(const std::string& field) {
   static const std::set<std::string> kInvocation = {
       "train.stop_at_step", "train.nan_skip_limit", "train.hardware.threads", "train.hardware.device",
       "train.hardware.cuda_kernels",  // a kernel checked against its reference: rounding only
+      "train.hardware.fast_paths_off",  // the same, the other way
       "train.checkpoint.interval", "train.checkpoint.keep_last"};
   return kInvocation.count(field) ? ResumeRule::kInvocation : ResumeRule::kFixed;
 }

@@ -195,6 +195,7 @@ absl::Status Trainer::build_model() {
           "was built); set it false");
     if (!device_.is_cuda()) log_warn("train.hardware.cuda_kernels: on, but they act on CUDA tensors only (device cpu)");
   }
+  LM_RETURN_IF_ERROR(keep_fast_paths_off());
   if (!req_.init_from.empty() && !req_.resume) LM_RETURN_IF_ERROR(model::init_from_hf(req_.init_from, model_));
   model_->to(device_);
   model_->train();
@@ -252,6 +253,26 @@ absl::Status Trainer::write_run_config() const {
     if (old.ok() && *old == now) return absl::OkStatus();
   }
   return write_json_file(path, now);
+}
+
+// train.hardware.fast_paths_off: each named fast path on its reference from the start (an
+// unknown name is refused with the list of known ones).
+absl::Status Trainer::keep_fast_paths_off() {
+  const auto& paths = model::fast_paths();
+  for (const auto& name : tc_.hardware.fast_paths_off) {
+    auto it = std::find_if(paths.begin(), paths.end(), [&](const model::FastPath& fp) { return fp.name == name; });
+    if (it == paths.end()) {
+      std::vector<std::string> known;
+      for (const auto& fp : paths) known.push_back(fp.name);
+      return absl::InvalidArgumentError(absl::StrCat("train.hardware.fast_paths_off: unknown fast path '", name,
+                                                     "' (known: ", absl::StrJoin(known, ", "), ")"));
+    }
+    it->fall_back(model_);
+  }
+  if (!tc_.hardware.fast_paths_off.empty())
+    log_info("fast paths on their reference (train.hardware.fast_paths_off): %s",
+             absl::StrJoin(tc_.hardware.fast_paths_off, ", "));
+  return absl::OkStatus();
 }
 
 // Start-up verification on the real config and device: every fast path against its reference

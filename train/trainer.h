@@ -125,6 +125,7 @@ class Trainer {
   Trainer(const FitRequest& req, BatchSource& source, const ValSets& val);
   // Set-up, in create()'s order.
   absl::Status build_model();
+  absl::Status keep_fast_paths_off();
   absl::Status restore_or_start();
   absl::Status write_run_config() const;
   absl::Status startup_checks();

@@ -8,6 +8,7 @@
 #include <filesystem>
 #include <limits>
 
+#include "absl/strings/str_join.h"
 #include "core/log.h"
 #include "core/run_folder.h"
 #include "model/transformer.h"
@@ -166,6 +167,35 @@ TEST_F(StepRun, ABrokenFastPathFallsBackAtStartUpAndSaysSoInEveryLine) {
   auto rows = read_metrics(r.run_dir + "/metrics.jsonl");
   ASSERT_TRUE(rows.ok() && !rows->empty());
   for (const auto& m : *rows) EXPECT_EQ(m["fast_path_fallback"], Json::array({"attention.sdpa"})) << m.dump();
+}
+
+// train.hardware.fast_paths_off keeps a named path on its reference from the start: with a break
+// planted in the chunked loss, the start-up check has nothing to catch (the path is not used) and
+// the losses are the clean run's (the break would put them 5% off); an unknown name is refused.
+TEST_F(StepRun, FastPathsOffKeepsTheNamedPathOnItsReference) {
+  auto clean = request("off_clean", 3);
+  auto c = run(clean);
+  ASSERT_TRUE(c.ok()) << c.status();
+  model::set_debug_break_fast_path("loss.chunked");
+  auto r = request("off", 3);
+  r.train.debug.verify_at_start = true;
+  r.train.hardware.fast_paths_off = {"loss.chunked"};
+  auto s = run(r);
+  model::set_debug_break_fast_path("");
+  ASSERT_TRUE(s.ok()) << s.status();
+  EXPECT_TRUE(s->fast_path_fallback.empty()) << absl::StrJoin(s->fast_path_fallback, ", ");
+  ASSERT_EQ(s->losses.size(), c->losses.size());
+  for (size_t i = 0; i < c->losses.size(); ++i) EXPECT_NEAR(s->losses[i], c->losses[i], 1e-5 * c->losses[i]) << i;
+
+  auto bad = request("off_bad", 1);
+  bad.train.hardware.fast_paths_off = {"loss.fast"};
+  auto e = run(bad);
+  ASSERT_FALSE(e.ok());
+  EXPECT_NE(std::string(e.status().message())
+                .find("train.hardware.fast_paths_off: unknown fast path 'loss.fast' (known: attention.sdpa, "
+                      "rms_norm.aten, loss.chunked, swiglu.cuda, rope.cuda, add_rms_norm.cuda)"),
+            std::string::npos)
+      << e.status();
 }
 
 }  // namespace
