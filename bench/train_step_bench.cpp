@@ -150,10 +150,11 @@ int main(int argc, char** argv) {
   app.add_option("--device", device);
   app.add_option("--threads", threads);
   app.add_option("--peak-n", peak_n, "matmul size of --mode peak");
-  bool cuda_kernels = false;
+  bool cuda_kernels = false, cuda_graphs = false;
   std::string sdpa_backend = "auto";
   app.add_option("--sdpa-backend", sdpa_backend, "train mode: auto | flash | cudnn | efficient | math (train.hardware.sdpa_backend)");
   app.add_flag("--cuda-kernels", cuda_kernels, "train mode: lmforge's own CUDA kernels on (train.hardware.cuda_kernels)");
+  app.add_flag("--cuda-graphs", cuda_graphs, "train mode: the step captured and replayed as a CUDA graph (train.hardware.cuda_graphs)");
   std::string profile;
   app.add_option("--profile", profile,
                  "write a chrome trace of the whole run (legacy autograd profiler); "
@@ -230,6 +231,7 @@ int main(int argc, char** argv) {
     t.logging.interval = std::max<int64_t>(1, steps / 4); t.eval.interval = 0; t.checkpoint.interval = 0;
     t.debug.verify_at_start = false; t.schedule.warmup_steps = 2; t.hardware.threads = nthreads;
     t.hardware.cuda_kernels = cuda_kernels;
+    t.hardware.cuda_graphs = cuda_graphs;
     t.hardware.sdpa_backend = sdpa_backend;
     RandomSource src(batch * (seq + 1), static_cast<int32_t>(mc.vocab_size));
     auto sum = lm::train::fit(req, src, {});
@@ -244,9 +246,9 @@ int main(int argc, char** argv) {
   std::printf("{\"impl\": \"lmforge\", \"preset\": \"%s\", \"dtype\": \"%s\", \"mode\": \"%s\", \"batch\": %ld, "
               "\"seq\": %ld, \"steps\": %ld, \"threads\": %d, \"tokens_per_s\": %.1f, \"flops_per_token\": %.6g, "
               "\"params\": %ld, \"peak_rss_mb\": %.1f, \"final_loss\": %.4f, \"first_loss\": %.4f, "
-              "\"cuda_kernels\": %s, \"sdpa_backend\": \"%s\", \"fast_path_fallback\": \"%s\"}\n",
+              "\"cuda_kernels\": %s, \"cuda_graphs\": %s, \"sdpa_backend\": \"%s\", \"fast_path_fallback\": \"%s\"}\n",
               preset.c_str(), dtype.c_str(), mode.c_str(), batch, seq, steps, nthreads, rate, fpt, params,
-              peak_rss_mb(), final_loss, first_loss, cuda_kernels ? "true" : "false", sdpa_backend.c_str(),
+              peak_rss_mb(), final_loss, first_loss, cuda_kernels ? "true" : "false", cuda_graphs ? "true" : "false", sdpa_backend.c_str(),
               fell_back.c_str());
   return 0;
 }

@@ -6,8 +6,9 @@
 #   3. the 400m bf16 train step at the preset's defaults (micro-batch x sequence from
 #      `lmtrain plan`): tokens/s, MFU against the chip's measured bf16 matmul peak, peak memory;
 #      again with lmforge's own CUDA kernels on (step-lmforge-kernels), each of those kernels
-#      alone against its reference (kernels), and with SDPA's flash and cuDNN kernels named
-#      (step-lmforge-sdpa-flash, -cudnn)
+#      alone against its reference (kernels), replayed as a CUDA graph (step-lmforge-graphs; and
+#      the small preset eager and graphed, step-small-eager/-graphs), and with SDPA's flash and
+#      cuDNN kernels named (step-lmforge-sdpa-flash, -cudnn)
 #   4. the Python peer (bench/peer_pytorch.py) at the same shape, eager and torch.compile
 #   5. the Hugging Face export loaded by transformers (scripts/gpu-export-check.sh)
 #   6. a 2-process NCCL run (torchrun, tiny preset) equal to 1 process, when two GPUs exist
@@ -32,7 +33,7 @@ while [ $# -gt 0 ]; do
     --out) OUT=$2; shift 2 ;;
     --fetch-deps)
       mkdir -p "$2" && (cd "$2" && apt-get download $DEBS) && du -sh "$2" && exit 0; exit 1 ;;
-    -h|--help) sed -n 2,19p "$0"; exit 0 ;;
+    -h|--help) sed -n 2,20p "$0"; exit 0 ;;
     *) echo "gpu-check: unknown argument '$1' (--help)"; exit 2 ;;
   esac
 done
@@ -111,7 +112,7 @@ result gpu-tests "$status" "{\"passed\": $passed, \"skipped\": $skipped, \"faile
 
 # ---- 3. and 4. the train step at the preset's defaults, and the Python peer ---------------------
 if [ "$DEVICE" = cuda ]; then
-  PRESET=400m; STEPS=20
+  PRESET=400m; STEPS=20; SB=16; ST=256
   GPU=$(nvidia-smi --query-gpu=name --format=csv,noheader | head -1 | tr 'A-Z' 'a-z' | grep -oE 'h200|h100|a100|l40s|4090|a10' | head -1)
   shape=$("$LM" plan --preset $PRESET --gpu "${GPU:-h100}" | sed -n 's/^batch: \([0-9]*\) x \([0-9]*\) x.*/\1 \2/p')
   set -- $shape; B=${1:-16}; T=${2:-2048}
@@ -125,7 +126,7 @@ for _ in range(10): a @ b
 torch.cuda.synchronize(); print(10 * 2 * 8192**3 / (time.perf_counter() - t))')
 else
   # Dry run: the same stages at a shape a 2-core CPU does in seconds.
-  PRESET=tiny; STEPS=6; B=4; T=64
+  PRESET=tiny; STEPS=6; B=4; T=64; SB=4; ST=64
   PEAK=$("$BUILD/bench/train_step_bench" --mode peak --peak-n 512 2>/dev/null | "$PY" -c 'import json,sys; print(json.load(sys.stdin)["bf16_flops"])')
 fi
 result peak "$([ -n "$PEAK" ] && echo ok || echo failed)" "{\"bf16_flops\": ${PEAK:-0}, \"how\": \"$([ "$DEVICE" = cuda ] && echo 'torch bf16 matmul 8192^3' || echo 'train_step_bench --mode peak 512')\"}"
@@ -163,6 +164,14 @@ gpu = sys.argv[2] == "cuda"
 bad = [o["op"] for o in ops if (gpu and o["fast_ms"] is None) or (o["max_rel_err"] or 0) > 2e-2]
 print("failed" if bad else "ok")' "$kernels_line" "$DEVICE")" "$kernels_line"
 fi
+# CUDA graphs (issue 22 item 5: only where measured to help): the 400m step replayed as a graph,
+# and a small model where launches weigh more (the same preset eager and graphed). 60 s each.
+STAGE_S=60 step_stage step-lmforge-graphs "$BUILD/bench/train_step_bench" --preset $PRESET --batch $B --seq $T \
+  --steps $STEPS --dtype bf16 --device $DEVICE --cuda-graphs
+for g in eager graphs; do
+  STAGE_S=60 step_stage "step-small-$g" "$BUILD/bench/train_step_bench" --preset small --batch $SB --seq $ST \
+    --steps $(( STEPS * 2 )) --dtype bf16 --device $DEVICE $([ $g = graphs ] && echo --cuda-graphs)
+done
 # SDPA's kernel named instead of ATen's choice (issue 22: measure cuDNN against flash on H100/H200);
 # half the steps, to stay inside the 8 minutes. On the CPU the backend switch is left alone.
 for backend in flash cudnn; do

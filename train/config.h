@@ -113,10 +113,14 @@ struct HardwareConfig {
   // rms_norm.aten, loss.chunked, swiglu.cuda, rope.cuda, add_rms_norm.cuda): one kernel can be
   // left off, e.g. when scripts/gpu-check.sh's `kernels` stage finds it slower on a chip.
   std::vector<std::string> fast_paths_off;
+  // CUDA graphs: the step's device work captured at the third step of a start and replayed
+  // (train/step_graph.h). One GPU only (off with data parallel and fault injection, said so).
+  // Off until measured to help (docs/performance.md, "CUDA graphs").
+  bool cuda_graphs = false;
   template <class V>
   void visit(V& v) {
     v("device", device); v("dtype", dtype); v("tf32", tf32); v("threads", threads); v("sdpa_backend", sdpa_backend);
-    v("cuda_kernels", cuda_kernels); v("fast_paths_off", fast_paths_off);
+    v("cuda_kernels", cuda_kernels); v("fast_paths_off", fast_paths_off); v("cuda_graphs", cuda_graphs);
   }
 };
 

@@ -21,6 +21,8 @@ class FaultInjector {
   FaultInjector() = default;
   explicit FaultInjector(const TrainConfig& tc);
 
+  // Whether the config asks for any fault at all.
+  bool any() const { return first_ >= 0 && site_ != Site::kNone; }
   // What to poison at 0-based optimizer step `step` (kNone unless the config asks for it).
   Site at(int64_t step) const {
     if (first_ < 0 || step < first_ || step >= first_ + count_) return Site::kNone;

@@ -36,6 +36,24 @@ torch::Tensor& AdamW::step_tensor(const torch::Device& device) {
 }
 
 void AdamW::step(double lr, const torch::Tensor& found_inf) {
+  TORCH_CHECK(lr >= 0, "AdamW::step: learning rate ", lr, " < 0");
+  update(lr, found_inf);
+}
+
+void AdamW::set_lr(double lr) {
+  for (const auto& s : slots_) {
+    auto& t = lr_tensors_[s.param.device().str()];
+    if (!t.defined()) t = torch::empty({}, torch::TensorOptions().dtype(torch::kFloat32).device(s.param.device()));
+  }
+  for (auto& [dev, t] : lr_tensors_) t.fill_(lr);
+}
+
+void AdamW::step_device_lr(const torch::Tensor& found_inf) {
+  TORCH_CHECK(!lr_tensors_.empty(), "AdamW::step_device_lr before set_lr");
+  update(-1.0, found_inf);
+}
+
+void AdamW::update(double lr, const torch::Tensor& found_inf) {
   torch::NoGradGuard no_grad;
   // Bias correction reads state_steps, which the kernel does not advance (torch.optim adds 1
   // before calling it and subtracts found_inf after): every slot shares the run's step count, so
@@ -61,9 +79,13 @@ void AdamW::step(double lr, const torch::Tensor& found_inf) {
     if (p.empty()) continue;
     std::optional<at::Tensor> inf;
     if (found_inf.defined()) inf = found_inf.to(p.front().device(), torch::kFloat32);
-    at::_fused_adamw_(p, g, m, v, /*max_exp_avg_sqs=*/{}, steps, lr, beta1_, beta2_,
-                      decay ? weight_decay_ : 0.0, eps_, /*amsgrad=*/false, /*maximize=*/false,
-                      /*grad_scale=*/std::nullopt, inf);
+    const double wd = decay ? weight_decay_ : 0.0;
+    if (lr >= 0)
+      at::_fused_adamw_(p, g, m, v, /*max_exp_avg_sqs=*/{}, steps, lr, beta1_, beta2_, wd, eps_, /*amsgrad=*/false,
+                        /*maximize=*/false, /*grad_scale=*/std::nullopt, inf);
+    else
+      at::_fused_adamw_(p, g, m, v, /*max_exp_avg_sqs=*/{}, steps, lr_tensors_.at(p.front().device().str()), beta1_,
+                        beta2_, wd, eps_, /*amsgrad=*/false, /*maximize=*/false, /*grad_scale=*/std::nullopt, inf);
   }
 }
 

@@ -24,6 +24,11 @@ class AdamW {
   // or undefined for 0) skips the update on the device: no parameter, moment or step count
   // changes, and the host never waits to learn whether it did (torch.amp's GradScaler protocol).
   void step(double lr, const torch::Tensor& found_inf = {});
+  // The same update with the learning rate read on the device from the tensor set_lr wrote
+  // (float32, one per device): a captured CUDA graph replays it with the current value. The
+  // trainer uses it for every CUDA step, graphed or not, so both round lr to float32 alike.
+  void set_lr(double lr);
+  void step_device_lr(const torch::Tensor& found_inf = {});
   void zero_grad();
 
   // Updates applied so far. Reads the device's step count (a host sync on GPUs: not in the loop).
@@ -48,6 +53,9 @@ class AdamW {
   std::map<std::string, torch::Tensor> step_tensors_;
   int64_t loaded_t_ = 0;  // t from load_state: the value a step tensor starts from
   torch::Tensor& step_tensor(const torch::Device& device);
+  std::map<std::string, torch::Tensor> lr_tensors_;  // set_lr's values, per device
+  // The update with lr as a number, or (lr < 0) from lr_tensors_.
+  void update(double lr, const torch::Tensor& found_inf);
 };
 
 // The global gradient norm and what the non-finite handler needs, all on the gradients' device.

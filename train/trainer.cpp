@@ -196,6 +196,7 @@ absl::Status Trainer::build_model() {
     if (!device_.is_cuda()) log_warn("train.hardware.cuda_kernels: on, but they act on CUDA tensors only (device cpu)");
   }
   LM_RETURN_IF_ERROR(keep_fast_paths_off());
+  choose_cuda_graphs();
   if (!req_.init_from.empty() && !req_.resume) LM_RETURN_IF_ERROR(model::init_from_hf(req_.init_from, model_));
   model_->to(device_);
   model_->train();
@@ -253,6 +254,22 @@ absl::Status Trainer::write_run_config() const {
     if (old.ok() && *old == now) return absl::OkStatus();
   }
   return write_json_file(path, now);
+}
+
+// train.hardware.cuda_graphs where a graph can hold the step: one CUDA device, no data parallel
+// (the all-reduce is not captured) and no fault injection (it poisons chosen steps only).
+// Elsewhere the steps run eagerly and the log says why.
+void Trainer::choose_cuda_graphs() {
+  if (!tc_.hardware.cuda_graphs) return;
+  const char* why = nullptr;
+  if (!device_.is_cuda()) why = "they need a CUDA device (device cpu)";
+  else if (req_.comm != nullptr) why = "not with data parallel yet (the gradient all-reduce is not captured)";
+  else if (faults_.any()) why = "not with fault injection (train.debug), which poisons chosen steps only";
+  if (why != nullptr) {
+    log_warn("train.hardware.cuda_graphs: on, but %s: steps run eagerly", why);
+    return;
+  }
+  graphs_ = true;
 }
 
 // train.hardware.fast_paths_off: each named fast path on its reference from the start (an
@@ -382,8 +399,32 @@ StepResult Trainer::train_step() {
   r.lr = lr_at(tc_, step_);
   const FaultInjector::Site fault = faults_.at(step_);
   const auto t_step = Clock::now();
+  if (device_.is_cuda()) optim_->set_lr(r.lr);  // read on the device by the update (and a replay)
+  if (graphs_ && steps_this_start_ >= 2) {
+    graphed_step(r);
+  } else {
+    auto out = device_step([&](int64_t micro) { return take_window(more_windows(micro)); }, fault, r);
+    r.record = std::move(out.record);
+    r.present = std::move(out.present);
+  }
+  ++steps_this_start_;
+  r.seconds = since(t_step);
+  return r;
+}
+
+// Whether another window follows the one for `micro`: not after the last micro-batch of the last
+// step, so a run reads no data beyond what it trains on.
+bool Trainer::more_windows(int64_t micro) const {
+  return micro + 1 < tc_.batch.grad_accum || step_ + 1 < tc_.steps;
+}
+
+// The device work of one optimizer step: forward and backward of grad_accum micro-batches
+// (`window(micro)` gives each), gradient averaging across ranks, clipping, and the AdamW update
+// unless the loss or gradient is non-finite. A CUDA graph captures exactly this (graphed_step).
+Trainer::DeviceStep Trainer::device_step(const std::function<torch::Tensor(int64_t)>& window,
+                                         FaultInjector::Site fault, StepResult& r) {
   optim_->zero_grad();
-  torch::Tensor loss = accumulate_gradients(fault);  // float64 scalar on the device
+  torch::Tensor loss = accumulate_gradients(fault, window);  // float64 scalar on the device
   if (grad_sync_) r.comm_wait_s = sync_gradients(loss);
   if (fault == FaultInjector::Site::kGradient) FaultInjector::poison_gradient(params_);
   GradNorm norm = clip_grad_norm(plist_, tc_.optimizer.grad_clip);
@@ -391,11 +432,39 @@ StepResult Trainer::train_step() {
   // (parameters, moments and the step count stay as they were), so the host need not wait to
   // know; read_steps learns it later and handle_non_finite counts the skip or stops.
   auto found_inf = loss.isfinite().logical_and(norm.total.isfinite()).logical_not().to(torch::kFloat32);
-  optim_->step(r.lr, found_inf);
-  r.record = torch::stack({loss, norm.total.to(torch::kFloat64), norm.first_bad.to(torch::kFloat64)});
-  r.present = std::move(norm.present);
-  r.seconds = since(t_step);
-  return r;
+  if (device_.is_cuda()) optim_->step_device_lr(found_inf);
+  else optim_->step(r.lr, found_inf);
+  return {torch::stack({loss, norm.total.to(torch::kFloat64), norm.first_bad.to(torch::kFloat64)}),
+          std::move(norm.present)};
+}
+
+// train.hardware.cuda_graphs: this start's third step runs device_step for real on a side stream
+// and captures it on static window buffers; every later step copies its windows into them and
+// replays. What the loop reads (record) is copied out of the graph's output each step.
+void Trainer::graphed_step(StepResult& r) {
+  const int64_t K = tc_.batch.grad_accum;
+  if (static_windows_.empty())
+    for (int64_t m = 0; m < K; ++m)
+      static_windows_.push_back(torch::empty({tc_.batch.micro_batch, tc_.batch.seq_len + 1},
+                                             torch::TensorOptions().dtype(torch::kInt64).device(device_)));
+  for (int64_t m = 0; m < K; ++m) static_windows_[m].copy_(take_window(more_windows(m)), /*non_blocking=*/true);
+  auto from_static = [this](int64_t micro) { return static_windows_[micro]; };
+  if (!graph_) {
+    graph_ = std::make_unique<StepGraph>(device_);
+    DeviceStep real;
+    graph_->run_then_capture([&](bool capturing) {
+      if (capturing) graph_out_ = device_step(from_static, FaultInjector::Site::kNone, r);
+      else real = device_step(from_static, FaultInjector::Site::kNone, r);
+    });
+    if (main_rank_)
+      log_info("CUDA graphs: step %d captured (%d micro-batch%s); later steps replay it", r.step, K, K == 1 ? "" : "es");
+    r.record = std::move(real.record);
+    r.present = std::move(real.present);
+    return;
+  }
+  graph_->replay();
+  r.record = graph_out_.record.clone();
+  r.present = graph_out_.present;
 }
 
 // The next micro-batch of token windows [micro_batch, seq_len+1] on the device, taken from the
@@ -429,12 +498,12 @@ Json Trainer::data_cursor() const { return ahead_.defined() ? ahead_cursor_ : so
 
 // Forward and backward of grad_accum micro-batches; returns their mean loss as a float64 scalar
 // on the device (summed there, never read here: the host would wait for the GPU).
-torch::Tensor Trainer::accumulate_gradients(FaultInjector::Site fault) {
+torch::Tensor Trainer::accumulate_gradients(FaultInjector::Site fault,
+                                            const std::function<torch::Tensor(int64_t)>& window) {
   AutocastGuard ac(device_, bf16_);
   torch::Tensor step_loss = torch::zeros({}, torch::TensorOptions().dtype(torch::kFloat64).device(device_));
   for (int64_t micro = 0; micro < tc_.batch.grad_accum; ++micro) {
-    auto window = take_window(/*more=*/micro + 1 < tc_.batch.grad_accum || step_ + 1 < tc_.steps);
-    auto loss = model_->loss(window) / static_cast<double>(tc_.batch.grad_accum);
+    auto loss = model_->loss(window(micro)) / static_cast<double>(tc_.batch.grad_accum);
     if (fault == FaultInjector::Site::kLoss) loss = FaultInjector::poison_loss(loss);
     // Only the last micro-batch's backward all-reduces (the others accumulate locally).
     if (grad_sync_) grad_sync_->before_backward(micro == tc_.batch.grad_accum - 1);

@@ -3,6 +3,7 @@
 
 #include <chrono>
 #include <fstream>
+#include <functional>
 #include <map>
 #include <memory>
 #include <string>
@@ -19,6 +20,7 @@
 #include "train/faults.h"
 #include "train/grad_sync.h"
 #include "train/optim.h"
+#include "train/step_graph.h"
 #include "train/samples.h"
 
 namespace lm::train {
@@ -126,6 +128,7 @@ class Trainer {
   // Set-up, in create()'s order.
   absl::Status build_model();
   absl::Status keep_fast_paths_off();
+  void choose_cuda_graphs();
   absl::Status restore_or_start();
   absl::Status write_run_config() const;
   absl::Status startup_checks();
@@ -134,7 +137,15 @@ class Trainer {
   void announce();
   absl::Status open_metrics();
   // The step's pieces.
-  torch::Tensor accumulate_gradients(FaultInjector::Site fault);
+  struct DeviceStep {
+    torch::Tensor record;          // loss, grad norm, first bad gradient (float64, on the device)
+    std::vector<int64_t> present;  // the parameters that had a gradient
+  };
+  DeviceStep device_step(const std::function<torch::Tensor(int64_t)>& window, FaultInjector::Site fault,
+                         StepResult& r);
+  void graphed_step(StepResult& r);
+  bool more_windows(int64_t micro) const;
+  torch::Tensor accumulate_gradients(FaultInjector::Site fault, const std::function<torch::Tensor(int64_t)>& window);
   double sync_gradients(torch::Tensor& loss);
   torch::Tensor take_window(bool more);
   torch::Tensor fetch_window();
@@ -173,6 +184,13 @@ class Trainer {
   std::vector<torch::Tensor> plist_;                           // the same tensors, unnamed
   std::unique_ptr<AdamW> optim_;
   std::unique_ptr<GradSync> grad_sync_;
+  // CUDA graphs (train.hardware.cuda_graphs, when usable here): the captured step, its window
+  // buffers and its outputs. steps_this_start_ counts this invocation's steps (capture at 2).
+  bool graphs_ = false;
+  std::unique_ptr<StepGraph> graph_;
+  std::vector<torch::Tensor> static_windows_;
+  DeviceStep graph_out_;
+  int64_t steps_this_start_ = 0;
   FaultInjector faults_;
   DevicePeak peak_;
   double flops_per_token_ = 0;

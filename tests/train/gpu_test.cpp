@@ -224,9 +224,11 @@ TEST_F(Gpu, TrainStepHasNoHostSync) {
   // CUDA's sync-debug mode set to error makes any synchronizing call (.item(), a blocking copy,
   // cudaDeviceSynchronize, a stream sync) throw inside the step: a sync that creeps back fails here.
   // bf16 autocast, grad_accum 2, clipping on (the on-device skip: ClipAndSkipStayOnTheDevice);
-  // with lmforge's own kernels off (the default) and on.
-  for (bool kernels : {false, true}) {
-    SCOPED_TRACE(kernels ? "train.hardware.cuda_kernels on" : "train.hardware.cuda_kernels off");
+  // with lmforge's own kernels off (the default) and on, and replayed as a CUDA graph (captured
+  // at the third step, one of the warm-up steps: the capture itself synchronizes once).
+  for (int variant = 0; variant < 3; ++variant) {
+    const bool kernels = variant == 1, graphs = variant == 2;
+    SCOPED_TRACE(graphs ? "train.hardware.cuda_graphs on" : kernels ? "train.hardware.cuda_kernels on" : "defaults");
     FitRequest r;
     r.run_dir = (std::filesystem::temp_directory_path() / ("lm_gpu_step_" + std::to_string(getpid()))).string();
     (void)lm::remove_tree(r.run_dir);
@@ -240,13 +242,14 @@ TEST_F(Gpu, TrainStepHasNoHostSync) {
     r.train.logging.interval = 1000;
     r.train.checkpoint.interval = 0;
     r.train.hardware.cuda_kernels = kernels;
+    r.train.hardware.cuda_graphs = graphs;
     r.tokenizer_hash = "tok-test";
     testing::SyntheticSource src(r.train.batch.micro_batch, r.train.batch.seq_len + 1, r.model.vocab_size);
     const ValSets no_validation;
     auto t = Trainer::create(r, src, no_validation);
     ASSERT_TRUE(t.ok()) << t.status();
     std::vector<StepResult> steps;
-    for (int i = 0; i < 2; ++i) steps.push_back((*t)->train_step());  // warm-up: allocator, cuBLAS handles
+    for (int i = 0; i < 3; ++i) steps.push_back((*t)->train_step());  // warm-up: allocator, cuBLAS handles, capture
     torch::cuda::synchronize();
     {
       SyncDebugGuard guard(c10::cuda::SyncDebugMode::L_ERROR);
@@ -281,6 +284,42 @@ TEST_F(Gpu, ClipAndSkipStayOnTheDevice) {
   }
   EXPECT_EQ(opt.steps_taken(), 1);
   EXPECT_FALSE(torch::equal(w.detach(), before));
+}
+
+// A replayed step uses the current learning rate and the current batch: the same run with the
+// step captured as a CUDA graph (at step 3) and without, the learning rate rising every step of a
+// warm-up, gives the same losses (a replay with step 3's learning rate baked in would drift by
+// ~1e-3 within a few steps). fp32 without TF32, grad_accum 2 (both micro-batches in the graph).
+TEST_F(Gpu, CudaGraphReplaysUseTheCurrentLearningRate) {
+  std::vector<std::vector<double>> losses;
+  for (bool graphs : {false, true}) {
+    FitRequest r;
+    r.run_dir = (std::filesystem::temp_directory_path() / ("lm_gpu_graph_" + std::to_string(getpid()))).string();
+    (void)lm::remove_tree(r.run_dir);
+    r.model = *model::preset("tiny");
+    r.train.hardware.device = "cuda";
+    r.train.hardware.dtype = "fp32";
+    r.train.hardware.tf32 = false;
+    r.train.hardware.cuda_graphs = graphs;
+    r.train.steps = 10;
+    r.train.schedule.warmup_steps = 8;
+    r.train.optimizer.lr = 3e-3;
+    r.train.batch.micro_batch = 4;
+    r.train.batch.seq_len = 64;
+    r.train.batch.grad_accum = 2;
+    r.train.logging.interval = 1;
+    r.train.checkpoint.interval = 0;
+    r.tokenizer_hash = "tok-test";
+    testing::SyntheticSource src(r.train.batch.micro_batch, r.train.batch.seq_len + 1, r.model.vocab_size);
+    auto s = fit(r, src, {});
+    ASSERT_TRUE(s.ok()) << s.status();
+    losses.push_back(s->losses);
+    (void)lm::remove_tree(r.run_dir);
+  }
+  ASSERT_EQ(losses[0].size(), 10u);
+  ASSERT_EQ(losses[1].size(), 10u);
+  for (size_t i = 0; i < 10; ++i)
+    EXPECT_NEAR(losses[1][i], losses[0][i], 1e-6 * losses[0][i]) << "step " << i + 1 << " (graphed from step 3)";
 }
 
 }  // namespace

@@ -15,6 +15,7 @@
 #include "train/config.h"
 #include "train/device.h"
 #include "train/optim.h"
+#include "train/step_graph.h"
 #include "train/trainer.h"
 #include "tests/train/synthetic_source.h"
 
@@ -62,6 +63,26 @@ TEST(Step, AdamWFoundInfSkipsTheUpdateOnTheDevice) {
   oa.step(1e-2);
   ob.step(1e-2, torch::zeros({}, torch::kFloat32));
   for (size_t i = 0; i < a.size(); ++i) EXPECT_TRUE(torch::equal(a[i].second, b[i].second)) << a[i].first;
+}
+
+// The update with the learning rate read from a device tensor (what every CUDA step and a CUDA
+// graph's replay use) equals the update with the number, up to lr's float32 rounding; set_lr's
+// new value is what the next step reads.
+TEST(Step, AdamWReadsTheLearningRateSetOnTheDevice) {
+  TrainConfig c;
+  auto a = two_params(), b = two_params();
+  AdamW oa(a, c), ob(b, c);
+  for (int s = 1; s <= 4; ++s) {
+    const double lr = 1e-2 * s;  // changes every step, as in a warm-up
+    set_grads(a, s);
+    set_grads(b, s);
+    oa.step(lr, torch::zeros({}, torch::kFloat32));
+    ob.set_lr(lr);
+    ob.step_device_lr(torch::zeros({}, torch::kFloat32));
+  }
+  for (size_t i = 0; i < a.size(); ++i)
+    EXPECT_LT((a[i].second - b[i].second).abs().max().item<double>(), 1e-6) << a[i].first;
+  EXPECT_EQ(ob.steps_taken(), 4);
 }
 
 TEST(Step, ClipGradNormOnTheDeviceNamesTheFirstNonFiniteGradient) {
@@ -147,6 +168,27 @@ TEST_F(StepRun, ANonFiniteStepBetweenReadsIsSkippedNamedAndLogged) {
   EXPECT_NE(msg.find("model.layers.0.mlp.down_proj.weight"), std::string::npos) << msg;
   EXPECT_NE(msg.find("last good checkpoint: none yet"), std::string::npos) << msg;
   EXPECT_FALSE(fs::exists(r.run_dir + "/checkpoints/step-00000010"));
+}
+
+// train.hardware.cuda_graphs where no graph can run (a CPU): the run says why and trains eagerly,
+// bit for bit as without it. (Graphs themselves: Gpu.CudaGraphReplaysUseTheCurrentLearningRate.)
+TEST_F(StepRun, CudaGraphsOnACpuSayWhyAndTrainEagerly) {
+  auto plain = request("graphs_plain", 4);
+  auto a = run(plain);
+  ASSERT_TRUE(a.ok()) << a.status();
+  auto r = request("graphs_cpu", 4);
+  r.train.hardware.cuda_graphs = true;
+  init_output(/*quiet=*/false);
+  ::testing::internal::CaptureStderr();
+  auto b = run(r);
+  const std::string log = ::testing::internal::GetCapturedStderr();
+  init_output(/*quiet=*/true);
+  ASSERT_TRUE(b.ok()) << b.status();
+  EXPECT_NE(log.find("train.hardware.cuda_graphs: on, but they need a CUDA device (device cpu): steps run eagerly"),
+            std::string::npos)
+      << log;
+  EXPECT_EQ(b->losses, a->losses);
+  EXPECT_TRUE(StepGraph::supported() || !torch::cuda::is_available());
 }
 
 }  // namespace
