@@ -27,7 +27,8 @@ StepGraph::StepGraph(torch::Device device) : impl_(std::make_unique<Impl>(device
 
 StepGraph::~StepGraph() = default;
 
-void StepGraph::run_then_capture(const std::function<void(bool capturing)>& body) {
+void StepGraph::run_then_capture(const std::function<void(bool capturing)>& body,
+                                 const std::function<void()>& before_capture) {
   const c10::cuda::CUDAGuard device_guard(impl_->device);
   auto current = c10::cuda::getCurrentCUDAStream(impl_->device.index());
   auto side = c10::cuda::getStreamFromPool(/*isHighPriority=*/false, impl_->device.index());
@@ -37,6 +38,7 @@ void StepGraph::run_then_capture(const std::function<void(bool capturing)>& body
   {
     const c10::cuda::CUDAStreamGuard stream_guard(side);
     body(false);
+    if (before_capture) before_capture();
     // As torch.cuda.graph does: nothing in flight and the cache emptied before the capture, so
     // the graph's private pool starts clean.
     torch::cuda::synchronize(impl_->device.index());
@@ -74,7 +76,9 @@ struct StepGraph::Impl {};
 bool StepGraph::supported() { return false; }
 StepGraph::StepGraph(torch::Device) { TORCH_CHECK(false, "CUDA graphs: this LibTorch has no CUDA"); }
 StepGraph::~StepGraph() = default;
-void StepGraph::run_then_capture(const std::function<void(bool)>&) { TORCH_CHECK(false, "no CUDA"); }
+void StepGraph::run_then_capture(const std::function<void(bool)>&, const std::function<void()>&) {
+  TORCH_CHECK(false, "no CUDA");
+}
 void StepGraph::replay() { TORCH_CHECK(false, "no CUDA"); }
 bool StepGraph::captured() const { return false; }
 

@@ -22,10 +22,13 @@ class StepGraph {
   StepGraph(const StepGraph&) = delete;
   StepGraph& operator=(const StepGraph&) = delete;
 
-  // On a side stream: runs body(false) for real (this step, and the side stream's warm-up), waits
-  // for the device, then captures body(true) (recorded, not run). The current stream waits for
-  // the side stream afterwards. A capture error throws (c10::Error) and leaves no graph.
-  void run_then_capture(const std::function<void(bool capturing)>& body);
+  // On a side stream: runs body(false) for real (this step, and the side stream's warm-up), then
+  // before_capture() (e.g. drop the gradients, so the captured backward allocates them in the
+  // graph's pool, as torch.cuda.graph's whole-network recipe does), waits for the device, empties
+  // the cache and captures body(true) (recorded, not run). The current stream waits for the side
+  // stream afterwards. A capture error throws (c10::Error) and leaves no graph.
+  void run_then_capture(const std::function<void(bool capturing)>& body,
+                        const std::function<void()>& before_capture);
   // Replays the captured step on the current stream.
   void replay();
   bool captured() const;

@@ -452,10 +452,12 @@ void Trainer::graphed_step(StepResult& r) {
   if (!graph_) {
     graph_ = std::make_unique<StepGraph>(device_);
     DeviceStep real;
-    graph_->run_then_capture([&](bool capturing) {
-      if (capturing) graph_out_ = device_step(from_static, FaultInjector::Site::kNone, r);
-      else real = device_step(from_static, FaultInjector::Site::kNone, r);
-    });
+    graph_->run_then_capture(
+        [&](bool capturing) {
+          if (capturing) graph_out_ = device_step(from_static, FaultInjector::Site::kNone, r);
+          else real = device_step(from_static, FaultInjector::Site::kNone, r);
+        },
+        [&] { optim_->zero_grad(); });
     if (main_rank_)
       log_info("CUDA graphs: step %d captured (%d micro-batch%s); later steps replay it", r.step, K, K == 1 ? "" : "es");
     r.record = std::move(real.record);
