@@ -220,6 +220,23 @@ TEST_F(Gpu, OwnCudaKernelsGiveTheReferencesLossAndGradients) {
   }
 }
 
+// A tiny-preset run on CUDA in a fresh temporary folder: micro-batch 4 x 64, grad_accum 2, no
+// checkpoints.
+FitRequest cuda_request(const std::string& name, int64_t steps) {
+  FitRequest r;
+  r.run_dir = (std::filesystem::temp_directory_path() / (name + std::to_string(getpid()))).string();
+  (void)lm::remove_tree(r.run_dir);
+  r.model = *model::preset("tiny");
+  r.train.hardware.device = "cuda";
+  r.train.steps = steps;
+  r.train.batch.micro_batch = 4;
+  r.train.batch.seq_len = 64;
+  r.train.batch.grad_accum = 2;
+  r.train.checkpoint.interval = 0;
+  r.tokenizer_hash = "tok-test";
+  return r;
+}
+
 TEST_F(Gpu, TrainStepHasNoHostSync) {
   // CUDA's sync-debug mode set to error makes any synchronizing call (.item(), a blocking copy,
   // cudaDeviceSynchronize, a stream sync) throw inside the step: a sync that creeps back fails here.
@@ -229,21 +246,11 @@ TEST_F(Gpu, TrainStepHasNoHostSync) {
   for (int variant = 0; variant < 3; ++variant) {
     const bool kernels = variant == 1, graphs = variant == 2;
     SCOPED_TRACE(graphs ? "train.hardware.cuda_graphs on" : kernels ? "train.hardware.cuda_kernels on" : "defaults");
-    FitRequest r;
-    r.run_dir = (std::filesystem::temp_directory_path() / ("lm_gpu_step_" + std::to_string(getpid()))).string();
-    (void)lm::remove_tree(r.run_dir);
-    r.model = *model::preset("tiny");
-    r.train.hardware.device = "cuda";
+    FitRequest r = cuda_request("lm_gpu_step_", 100);
     r.train.hardware.dtype = "bf16";
-    r.train.steps = 100;
-    r.train.batch.micro_batch = 4;
-    r.train.batch.seq_len = 64;
-    r.train.batch.grad_accum = 2;
     r.train.logging.interval = 1000;
-    r.train.checkpoint.interval = 0;
     r.train.hardware.cuda_kernels = kernels;
     r.train.hardware.cuda_graphs = graphs;
-    r.tokenizer_hash = "tok-test";
     testing::SyntheticSource src(r.train.batch.micro_batch, r.train.batch.seq_len + 1, r.model.vocab_size);
     const ValSets no_validation;
     auto t = Trainer::create(r, src, no_validation);
@@ -293,23 +300,13 @@ TEST_F(Gpu, ClipAndSkipStayOnTheDevice) {
 TEST_F(Gpu, CudaGraphReplaysUseTheCurrentLearningRate) {
   std::vector<std::vector<double>> losses;
   for (bool graphs : {false, true}) {
-    FitRequest r;
-    r.run_dir = (std::filesystem::temp_directory_path() / ("lm_gpu_graph_" + std::to_string(getpid()))).string();
-    (void)lm::remove_tree(r.run_dir);
-    r.model = *model::preset("tiny");
-    r.train.hardware.device = "cuda";
+    FitRequest r = cuda_request("lm_gpu_graph_", 10);
     r.train.hardware.dtype = "fp32";
     r.train.hardware.tf32 = false;
     r.train.hardware.cuda_graphs = graphs;
-    r.train.steps = 10;
     r.train.schedule.warmup_steps = 8;
     r.train.optimizer.lr = 3e-3;
-    r.train.batch.micro_batch = 4;
-    r.train.batch.seq_len = 64;
-    r.train.batch.grad_accum = 2;
     r.train.logging.interval = 1;
-    r.train.checkpoint.interval = 0;
-    r.tokenizer_hash = "tok-test";
     testing::SyntheticSource src(r.train.batch.micro_batch, r.train.batch.seq_len + 1, r.model.vocab_size);
     auto s = fit(r, src, {});
     ASSERT_TRUE(s.ok()) << s.status();
