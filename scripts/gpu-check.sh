@@ -153,7 +153,7 @@ if [ "$DEVICE" = cuda ]; then
   shape=$("$LM" plan --preset $PRESET --gpu "${GPU:-h100}" | sed -n 's/^batch: \([0-9]*\) x \([0-9]*\) x.*/\1 \2/p')
   set -- $shape; B=${1:-16}; T=${2:-2048}
   # The chip's measured peak: the mean of 10 bf16 8192^3 products after 3 warm-ups.
-  PEAK=$(timeout 60 "$PY" -c '
+  PEAK=$(timeout "$(cap 60)" "$PY" -c '
 import torch, time
 a = torch.randn(8192, 8192, device="cuda", dtype=torch.bfloat16); b = torch.randn_like(a)
 for _ in range(3): a @ b
