@@ -13,16 +13,16 @@
 #      replayed as a CUDA graph (step-lmforge-graphs; the small preset eager and graphed,
 #      step-small-eager/-graphs), the eager Python peer
 #   7. the Hugging Face export loaded by transformers (scripts/gpu-export-check.sh)
-# Stages run in that order, the order of what issue 22 must show, inside --budget seconds (450 on
-# cuda): a stage that would not fit is recorded as no-time, and results.json is rewritten after
-# every stage, so a run cut off early still leaves what it measured.
-# and writes one results file, $OUT/results.json (plus $OUT/gpu-check.log). docs/gpu.md, "The
-# prepared GPU check", has the device call and the carry list.
+# and writes one results file, $OUT/results.json (plus $OUT/gpu-check.log). Stages run in that
+# order, the order of what issue 22 must show, inside --budget seconds (450 on cuda): a stage that
+# would not fit is recorded as no-time, and results.json is rewritten after every stage, so a run
+# cut off early still leaves what it measured. docs/gpu.md, "The prepared GPU check", has the
+# device call and the carry list.
 #
 #   bash scripts/gpu-check.sh --fetch-deps .gpu-deps     # here (network): the .debs to carry (~25 MB)
 #   bash scripts/gpu-check.sh                            # device machine: --device cuda, builds build-gpu
 #   bash scripts/gpu-check.sh --device cpu --build build # dry run here: same stages, small shapes
-#   bash scripts/gpu-check.sh --budget 300               # a shorter run: the later stages skipped
+#   bash scripts/gpu-check.sh --budget 300               # a shorter run: the later stages no-time
 set -uo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$PWD
@@ -74,8 +74,8 @@ PY
 }
 left() { echo $(( BUDGET - ($(date +%s) - T0) )); }
 cap() { local l; l=$(left); [ "$l" -lt "$1" ] && echo $(( l > 1 ? l : 1 )) || echo "$1"; }  # a timeout inside the budget
-# fits STAGE SECONDS: true when the stage's budget fits in what is left of the run's; otherwise the
-# stage is recorded as skipped for time, and false.
+# fits STAGE SECONDS: true when the stage's expected seconds fit in what is left of the run's budget;
+# otherwise the stage is recorded as no-time, and false.
 fits() {
   local l; l=$(left)
   [ "$l" -ge "$2" ] && return 0
@@ -191,7 +191,7 @@ STEP="--preset $PRESET --batch $B --seq $T --dtype bf16 --device $DEVICE"
 log "train step: $PRESET bf16, micro-batch $B x $T, $STEPS steps on $DEVICE; $(left) s of $BUDGET left"
 # In the order of what issue 22 must show: our MFU, the compiled peer's tokens/s beside it, then
 # what decides the defaults (own kernels, SDPA backend, graphs), then what ran before (eager peer,
-# the export). NEED is each stage's expected seconds on an H200 (build 2026-12-04: 400m step ~30 s,
+# the export). NEED is each stage's expected seconds on an H200 (the run of 2026-12-04: 400m step ~30 s,
 # torch.compile peer ~85 s, export ~45 s).
 step_stage step-lmforge 30 240 "$BENCH" $STEP --steps $STEPS
 step_stage step-peer-compile 90 240 "$PY" bench/peer_pytorch.py $STEP --steps $STEPS --compile
