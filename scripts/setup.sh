@@ -11,6 +11,9 @@
 #     environment, with a stamp of their own: changing them never reinstalls torch. llama-cpp-python
 #     compiles llama.cpp (~50 minutes on 2 busy cores, docs/export.md "GGUF"); LM_SKIP_GGUF=1 skips
 #     this step (the gguf ctests then report Skipped).
+#     Steps 2's clients and 3 are the tests' oracles: LM_SETUP_SCOPE=product (what scripts/demo.sh
+#     sets) installs only what the product needs (packages, torch, nvcc) and skips them, so the demo
+#     never waits for transformers or for llama.cpp's compile.
 #  4. a CUDA compiler for LibTorch's CMake config (it needs nvcc, even though lmforge compiles
 #     no kernels): the system toolkit when there is one (/usr/local/cuda), else NVIDIA's
 #     nvcc/cudart wheels into the same environment.
@@ -53,27 +56,34 @@ fi
 #                             pyarrow: Arrow C++ for Parquet corpora (CMake LM_WITH_PARQUET finds it here)
 #   requirements-clients.txt  transformers, lm-eval: the real clients of the export (ctest -L clients)
 # The Dockerfiles copy only requirements.txt: the product images carry no test-only clients.
-REQUIREMENTS=(requirements.txt)
-check='import torch, pyarrow'
-if [ -f "$here/requirements-clients.txt" ]; then
-  REQUIREMENTS+=(requirements-clients.txt)
-  check='import torch, pyarrow, transformers, lm_eval'
-fi
-req_args=()
-for r in "${REQUIREMENTS[@]}"; do req_args+=(-r "$here/$r"); done
-want=$(cd "$here" && cat "${REQUIREMENTS[@]}" | sha256sum | cut -c1-16)
-stamp="$LM_VENV/.lmforge-requirements"
-if [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$want" ] && "$LM_PYTHON" -c "$check" 2>/dev/null; then
-  echo "setup: torch $LM_TORCH_PIN environment present ($LM_VENV)"
-else
-  base=${LM_BASE_PYTHON:-python3}
-  echo "setup: making the torch $LM_TORCH_PIN environment in $LM_VENV (first time: ~2.9 GB download, a few minutes)"
+# Each requirements file has a stamp of its own: the product's (torch) never reinstalls when the
+# tests' clients change, and LM_SETUP_SCOPE=product leaves the clients out altogether.
+SCOPE=${LM_SETUP_SCOPE:-all}
+case "$SCOPE" in all|product) ;; *) echo "setup: LM_SETUP_SCOPE must be all or product, not '$SCOPE'" >&2; exit 2 ;; esac
+install_requirements() {  # file, import check, what it is
+  local file=$1 check=$2 what=$3
+  local want stamp
+  want=$(sha256sum "$here/$file" | cut -c1-16)
+  stamp="$LM_VENV/.lmforge-${file%.txt}"
+  if [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$want" ] && "$LM_PYTHON" -c "$check" 2>/dev/null; then
+    echo "setup: $what present ($LM_VENV)"
+    return
+  fi
+  echo "setup: installing $what into $LM_VENV"
   mkdir -p "$(dirname "$LM_VENV")"
-  [ -x "$LM_PYTHON" ] || "$base" -m venv "$LM_VENV"
-  "$LM_VENV/bin/pip" install --disable-pip-version-check --progress-bar off -q "${req_args[@]}"
-  "$LM_PYTHON" -c "$check"'; print("setup: torch", torch.__version__, "CUDA", torch.version.cuda)'
-  "$LM_PYTHON" -m pip list --disable-pip-version-check 2>/dev/null | grep -iE '^(transformers|lm.eval) ' | sed 's/^/setup: /' || true
+  [ -x "$LM_PYTHON" ] || "${LM_BASE_PYTHON:-python3}" -m venv "$LM_VENV"
+  "$LM_VENV/bin/pip" install --disable-pip-version-check --progress-bar off -q -r "$here/$file"
+  "$LM_PYTHON" -c "$check"
   echo "$want" > "$stamp"
+}
+install_requirements requirements.txt 'import torch, pyarrow' \
+  "the torch $LM_TORCH_PIN environment (first time: ~2.9 GB download, a few minutes)"
+"$LM_PYTHON" -c 'import torch; print("setup: torch", torch.__version__, "CUDA", torch.version.cuda)'
+if [ "$SCOPE" = product ]; then
+  echo "setup: the tests' clients skipped (LM_SETUP_SCOPE=product; bash scripts/test.sh installs them)"
+elif [ -f "$here/requirements-clients.txt" ]; then
+  install_requirements requirements-clients.txt 'import transformers, lm_eval' \
+    "the tests' real clients (transformers, lm-eval; ~0.5 GB)"
 fi
 
 # The GGUF test oracles. llama-cpp-python has no CPU wheel on PyPI, so pip builds llama.cpp:
@@ -83,8 +93,8 @@ fi
 stamp_gguf="$LM_VENV/.lmforge-requirements-gguf"
 want_gguf=""
 [ -f "$here/requirements-gguf.txt" ] && want_gguf=$(sha256sum "$here/requirements-gguf.txt" | cut -c1-16)
-if [ "${LM_SKIP_GGUF:-0}" = 1 ] || [ -z "$want_gguf" ]; then
-  echo "setup: GGUF test packages skipped (LM_SKIP_GGUF=1 or no requirements-gguf.txt)"
+if [ "${LM_SKIP_GGUF:-0}" = 1 ] || [ "$SCOPE" = product ] || [ -z "$want_gguf" ]; then
+  echo "setup: GGUF test packages skipped (LM_SKIP_GGUF=1, LM_SETUP_SCOPE=product or no requirements-gguf.txt)"
 elif [ -f "$stamp_gguf" ] && [ "$(cat "$stamp_gguf")" = "$want_gguf" ] && "$LM_PYTHON" -c 'import gguf, llama_cpp' 2>/dev/null; then
   echo "setup: GGUF test packages present (gguf, llama-cpp-python)"
 else
