@@ -3,6 +3,7 @@
 #include <cstdio>
 
 #include "app/commands.h"
+#include "app/tokenizer_sweep.h"
 #include "core/config.h"
 #include "core/file.h"
 #include "core/log.h"
@@ -18,6 +19,7 @@ struct TokenizerCmd {
   bool force = false;  // replace an existing tokenizer folder
   tokenizer::TrainOptions recipe;
   tokenizer::ReportOptions report;
+  std::vector<int64_t> sweep;  // vocabulary sizes: one tokenizer each into out/vocab-N/ and a table
 };
 
 absl::Status run_tokenizer(TokenizerCmd& c, CLI::App* sub) {
@@ -50,12 +52,13 @@ absl::Status run_tokenizer(TokenizerCmd& c, CLI::App* sub) {
            sample.summary.lines_dropped);
   if (sample.summary.invalid_utf8_skipped > 0)
     log_warn("skipped %ld lines with invalid UTF-8", sample.summary.invalid_utf8_skipped);
+  if (!c.sweep.empty()) return run_tokenizer_sweep(sample, c.recipe, c.report, c.sweep, c.out);
   log_info("training %s, vocab %ld ...", c.recipe.model_type, c.recipe.vocab_size);
   tokenizer::SampleSummary summary = sample.summary;
   LM_ASSIGN_OR_RETURN(tokenizer::Tokenizer tok, tokenizer::train_tokenizer(sample, c.recipe, c.out, &summary));
   sample.summary = summary;
   log_info("wrote %s/spm.model (vocab %d, hash %s) in %.1f s", c.out, tok.vocab_size(), tok.hash(), summary.seconds);
-  return tokenizer::write_report(tok, sample, c.recipe, c.report, c.out);
+  return tokenizer::write_report(tok, sample, c.recipe, c.report, c.out).status();
 }
 
 }  // namespace
@@ -77,12 +80,23 @@ void add_tokenizer(CLI::App& app, Registry& reg) {
   sub->add_option("--split-digits", r.split_digits, "one piece per digit")->capture_default_str();
   sub->add_option("--require-bengali", r.require_bengali, "every Bengali character seen is a required char")
       ->capture_default_str();
+  sub->add_option("--vocab-allocation", r.vocab_allocation,
+                  "joint: one model on the mixed sample; per-language: a unigram model per language on its own text "
+                  "with its share of the vocabulary (--language-vocab), merged into one model")
+      ->check(CLI::IsMember({"per-language", "joint"}))
+      ->capture_default_str();
+  sub->add_option("--language-vocab", r.language_vocab,
+                  "shares of the vocabulary per language, e.g. bn:0.6,en:0.4 (default: the sample's character shares)");
   sub->add_option("--max-sentence-length", r.max_sentence_length,
                   "bytes; longer lines are split at sentence ends, never dropped")->capture_default_str();
   sub->add_option("--max-piece-length", r.max_piece_length, "code points per piece")->capture_default_str();
   sub->add_option("--sample-chars", r.sample_chars, "training sample size in code points (by manifest weights)")
       ->capture_default_str();
-  sub->add_option("--keep-ratio", r.keep_ratio, "when a source is short of its share: true cuts every source alike (exact mix, smaller sample), false fills from the others")
+  sub->add_option("--fill", r.fill,
+                  "where a short source's share comes from: same-language (its language's other sources; a short "
+                  "language shrinks the sample, keeping the language mix), other-languages (any source: the size "
+                  "holds, the language mix does not), none (every source cut alike)")
+      ->check(CLI::IsMember({"same-language", "other-languages", "none"}))
       ->capture_default_str();
   sub->add_option("--heldout-every", r.heldout_every, "hold out every N-th document per language (0 = none)")
       ->capture_default_str();
@@ -95,13 +109,18 @@ void add_tokenizer(CLI::App& app, Registry& reg) {
   sub->add_flag("--compare-baseline", p.compare_baseline,
                 "also train a GPT-2-style byte-level BPE at the same vocab and report it side by side");
   sub->add_option("--eval-text", p.eval_texts,
-                  "held-out text LANG=FILE (one document per line, .gz ok); default: the held-out documents");
+                  "more text to measure, LANG=FILE (one document per line or .jsonl, .gz ok), reported as set "
+                  "eval:<file name>, beside the held-out documents");
   sub->add_option("--parallel", p.parallel, "parallel JSONL {bn, en} for bn/en parity (.gz ok)");
   sub->add_option("--parallel-corpora", p.parallel_corpora,
                   "keep only these corpus:split pairs of --parallel (e.g. SUPara-benchmark:test2018,SIPC:test)")
       ->delimiter(',');
   sub->add_option("--report-chars", p.report_chars, "code points of held-out text per language in the report")
       ->capture_default_str();
+  sub->add_option("--sweep", c->sweep,
+                  "vocabulary sizes, e.g. 16000,32000,48000,64000: one tokenizer each into OUT/vocab-N/ on the same "
+                  "sample, and a table of fertility, parity, speed and embedding parameters per preset")
+      ->delimiter(',');
   sub->add_flag("--json", p.json_stdout, "print fertility.json to stdout instead of the table");
   add_global_flags(sub);
   reg.push_back({sub, [c, sub] { return run_tokenizer(*c, sub); }});

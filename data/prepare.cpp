@@ -106,24 +106,31 @@ bool is_validation_doc(const std::string& doc, double val_fraction) {
 
 namespace {
 
-// Per source and per language counts. A source's share is its weight over the weights of the
-// sources that have training tokens: an empty source adds no weight. token_share is what the
+// Per source and per language counts. A language's share is its weight over the weights of the
+// languages that have training tokens, and a source's share is its part of its language's share
+// by weight among the language's sources that have tokens: an empty source's weight goes to its
+// own language, so the language mix stays the asked one (issue 31). token_share is what the
 // sampler draws by default, natural_share what is on disk.
 void fill_report(const CorpusManifest& corpus, const std::vector<Output>& outputs, const std::vector<ReadStats>& stats,
                  ShardManifest& m) {
   double weight_total = 0;
   uint64_t train_total = 0;
+  std::map<std::string, double> lang_weight, lang_weight_with_tokens;
   for (size_t i = 0; i < corpus.sources.size(); ++i) {
-    if (outputs[2 * i].tokens > 0) weight_total += corpus.sources[i].weight;
+    lang_weight[corpus.sources[i].lang] += corpus.sources[i].weight;
+    if (outputs[2 * i].tokens > 0) lang_weight_with_tokens[corpus.sources[i].lang] += corpus.sources[i].weight;
     train_total += outputs[2 * i].tokens;
   }
+  for (const auto& [lang, w] : lang_weight_with_tokens) weight_total += lang_weight[lang];
   auto frac = [](double a, double b) { return b > 0 ? a / b : 0.0; };
   for (size_t i = 0; i < corpus.sources.size(); ++i) {
     const CorpusSource& src = corpus.sources[i];
     const Output &train = outputs[2 * i], &val = outputs[2 * i + 1];
     SourceReport s{source_id(corpus, i), src.lang, src.weight, static_cast<uint64_t>(stats[i].documents),
                    static_cast<uint64_t>(stats[i].chars), train.tokens, val.tokens};
-    s.share = train.tokens > 0 ? frac(src.weight, weight_total) : 0.0;
+    s.share = train.tokens > 0 ? frac(lang_weight[src.lang], weight_total) *
+                                     frac(src.weight, lang_weight_with_tokens[src.lang])
+                               : 0.0;
     s.natural_share = frac(static_cast<double>(train.tokens), static_cast<double>(train_total));
     m.sources.push_back(s);
     LanguageReport& r = m.languages[src.lang];
@@ -134,10 +141,10 @@ void fill_report(const CorpusManifest& corpus, const std::vector<Output>& output
     r.train_docs += train.docs;
     r.val_tokens += val.tokens;
     r.val_docs += val.docs;
-    r.weight += train.tokens > 0 ? src.weight : 0.0;
+    r.weight = lang_weight_with_tokens.count(src.lang) ? lang_weight[src.lang] : 0.0;
     r.token_share += s.share;
     r.natural_share += s.natural_share;
-    m.weights[src.lang] += train.tokens > 0 ? src.weight : 0.0;
+    m.weights[src.lang] = r.weight;
   }
 }
 
@@ -335,8 +342,11 @@ void warn_about(const CorpusManifest& corpus, const ShardManifest& m, const Prep
              all.invalid_skipped > all.documents ? ": most of the input is not text - is a file binary or in an unknown format?" : "");
   for (size_t i = 0; i < m.sources.size(); ++i) {
     if (m.sources[i].train_tokens > 0) continue;
-    log_warn("prepare: source %s has no training tokens; its weight %g adds nothing to the mixture (the other "
-             "sources share it)", describe_source(corpus, i), m.sources[i].weight);
+    const LanguageReport& r = m.languages.at(m.sources[i].lang);
+    log_warn("prepare: source %s has no training tokens; its weight %g goes to %s", describe_source(corpus, i),
+             m.sources[i].weight,
+             r.train_tokens > 0 ? "the other '" + m.sources[i].lang + "' sources (the language mix stays as asked)"
+                                : "no source of its language: the other languages share it");
   }
   for (const auto& [lang, r] : m.languages) {
     if (r.train_tokens == 0) log_warn("prepare: language '%s' has no training tokens", lang);

@@ -67,8 +67,8 @@ std::vector<uint64_t> doc_aligned_starts(const std::vector<uint64_t>& offs, uint
 
 absl::StatusOr<std::vector<std::pair<std::string, double>>> BatchSampler::stream_weights(
     const ShardSet& set, const SamplerConfig& cfg, const std::string& lang) {
-  // A per-language total, shared among the language's sources by their weights; negative: the
-  // per-source weights as prepare recorded them.
+  // A per-language total, shared among the language's sources (those with shards) by their weights
+  // (issue 31: an empty source's weight stays with its language, so the language mix is the asked one).
   double lang_total = -1;
   const auto& recorded = set.weights();
   if (!cfg.weights.empty()) {
@@ -76,6 +76,9 @@ absl::StatusOr<std::vector<std::pair<std::string, double>>> BatchSampler::stream
   } else if (set.manifest().sources.empty()) {  // older manifest: per-language weights or token counts
     lang_total = recorded.empty() ? static_cast<double>(set.tokens(lang, "train"))
                                   : (recorded.count(lang) ? recorded.at(lang) : 0.0);
+  } else {  // the language keeps all its weight: a source with no shards leaves its weight to its language
+    lang_total = 0;
+    for (const SourceReport& s : set.manifest().sources) lang_total += s.lang == lang ? s.weight : 0.0;
   }
   std::vector<std::pair<std::string, double>> out;
   double sum = 0;

@@ -15,13 +15,23 @@ struct TrainOptions {
   bool byte_fallback = true;          // unseen characters become <0xNN> byte pieces, so UNK never appears
   bool split_digits = true;           // every digit is its own piece (numbers tokenize uniformly)
   bool require_bengali = true;        // every Bengali letter, sign and digit (U+0980-U+09FF) seen is a required char
+  std::string vocab_allocation = "joint";  // "joint": one model on the mixed sample (its unigram EM shares the
+                                      // pieces out by likelihood); "per-language": a unigram model per language on
+                                      // its own text with its share of the vocabulary (language_vocab), merged into
+                                      // one model (tokenizer/merge.h). Measured in docs/tokenizer.md
+  std::string language_vocab;         // shares of the vocabulary, "bn:0.6,en:0.4"; empty = each language's
+                                      // share of the sample's characters (see docs/tokenizer.md)
   int64_t max_sentence_length = 16384;  // bytes; longer lines are split at sentence ends before SentencePiece sees
                                         // them (its default, 4192, silently drops long Bengali lines)
   int64_t max_piece_length = 16;      // code points per piece
   int64_t sample_chars = 30000000;    // training sample size in code points, shared out by the manifest weights
-  bool keep_ratio = false;            // a source with less text than its share gives all it has: false = the
-                                      // others fill the rest by weight; true = every source is cut by the same
-                                      // factor (exact mix, smaller sample); both warn naming the source
+  std::string fill = "same-language";  // a source with less text than its share gives all it has, and the rest
+                                      // comes from: "same-language" = the other sources of its language (by
+                                      // weight); a language short as a whole shrinks the sample so the asked
+                                      // language mix holds; "other-languages" = every other source by weight
+                                      // (the size holds, the language mix does not); "none" = every source cut
+                                      // by the same factor (the exact source mix, a smaller sample). All warn.
+  bool keep_ratio = false;            // legacy key (tokenizer.json before issue 31): true reads as fill "none"
   int64_t heldout_every = 50;         // every N-th document of each source is held out for the report (0 = none)
   bool dedup = true;                  // drop exact duplicate documents before sampling
   bool skip_invalid_utf8 = false;     // false: invalid UTF-8 is an error naming file:line; true: skip and count
@@ -37,9 +47,12 @@ struct TrainOptions {
     v("byte_fallback", byte_fallback);
     v("split_digits", split_digits);
     v("require_bengali", require_bengali);
+    v("vocab_allocation", vocab_allocation);
+    v("language_vocab", language_vocab);
     v("max_sentence_length", max_sentence_length);
     v("max_piece_length", max_piece_length);
     v("sample_chars", sample_chars);
+    v("fill", fill);
     v("keep_ratio", keep_ratio);
     v("heldout_every", heldout_every);
     v("dedup", dedup);
@@ -70,8 +83,26 @@ struct LangSample {
   }
 };
 
+// Per language, what the vocabulary allocation gave it (vocab_allocation per-language).
+struct LangVocab {
+  std::string lang;
+  double share = 0;     // its asked share of the normal pieces
+  int64_t trained = 0;  // normal pieces of its own model
+  int64_t kept = 0;     // of those, pieces in the merged model
+  int64_t shared = 0;   // of the kept ones, pieces another language's model has too
+  template <class V>
+  void visit(V& v) {
+    v("lang", lang);
+    v("share", share);
+    v("trained", trained);
+    v("kept", kept);
+    v("shared", shared);
+  }
+};
+
 struct SampleSummary {
   std::vector<LangSample> languages;
+  std::vector<LangVocab> vocab;  // empty for a joint model
   int64_t sentences = 0;
   int64_t long_lines_split = 0;  // lines longer than max_sentence_length, split at sentence ends (kept)
   int64_t lines_dropped = 0;     // lines dropped (always 0 here: a line with no break is cut at a code point)
@@ -81,6 +112,7 @@ struct SampleSummary {
   template <class V>
   void visit(V& v) {
     v("languages", languages);
+    v("vocab", vocab);
     v("sentences", sentences);
     v("long_lines_split", long_lines_split);
     v("lines_dropped", lines_dropped);

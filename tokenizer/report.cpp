@@ -3,6 +3,7 @@
 #include <chrono>
 #include <cstdio>
 #include <algorithm>
+#include <map>
 #include <memory>
 #include <thread>
 #include <tuple>
@@ -168,8 +169,65 @@ absl::StatusOr<std::vector<std::pair<std::string, std::string>>> read_parallel(
   return out;
 }
 
-absl::Status write_report(const Tokenizer& tok, const TrainingSample& sample, const TrainOptions& recipe,
-                          const ReportOptions& o, const std::string& out_dir) {
+namespace {
+
+using TextSets = std::vector<std::tuple<std::string, std::string, std::vector<std::string>>>;  // set, lang, texts
+
+// The held-out documents of each source of a language with several sources, as set
+// "heldout:<source id>": fertility per domain (news, literature, poetry, ...), so a weak one shows.
+void add_source_sets(const TrainingSample& sample, int64_t max_chars, TextSets* sets) {
+  std::map<std::string, int> sources_per_lang;
+  for (const SourceSample& s : sample.sources)
+    if (sample.heldout_by_source.count(s.id) && !sample.heldout_by_source.at(s.id).empty()) ++sources_per_lang[s.lang];
+  for (const SourceSample& s : sample.sources) {
+    if (sources_per_lang[s.lang] < 2 || !sample.heldout_by_source.count(s.id)) continue;
+    const auto& docs = sample.heldout_by_source.at(s.id);
+    if (!docs.empty()) sets->emplace_back("heldout:" + s.id, s.lang, cap_chars(docs, max_chars));
+  }
+}
+
+// Per language of the training sample (up to vocab_use_chars of its text): its share of the
+// characters and of the tokens, and the pieces its text uses (ids seen at least once) as a share
+// of the vocabulary, beside what the allocation gave it.
+Json training_mix(const Tokenizer& tok, const TrainingSample& sample, const ReportOptions& o, int threads) {
+  const size_t n = sample.langs.size();
+  std::vector<double> tpc(n, 0.0);
+  std::vector<int64_t> used(n, 0);
+  for (size_t l = 0; l < n; ++l) {
+    std::vector<std::string> text;
+    int64_t chars = 0, tokens = 0;
+    for (size_t i = 0; i < sample.sentences.size() && chars < o.vocab_use_chars; ++i) {
+      if (sample.sentence_lang[i] != static_cast<int32_t>(l)) continue;
+      chars += data::count_code_points(sample.sentences[i]);
+      text.push_back(sample.sentences[i]);
+    }
+    std::vector<char> seen(static_cast<size_t>(tok.vocab_size()), 0);
+    for (const auto& ids : tok.encode_batch(text, threads)) {
+      tokens += static_cast<int64_t>(ids.size());
+      for (int32_t id : ids) seen[static_cast<size_t>(id)] = 1;
+    }
+    tpc[l] = ratio(tokens, chars);
+    used[l] = std::count(seen.begin(), seen.end(), 1);
+  }
+  double z = 0;
+  for (size_t l = 0; l < n; ++l) z += sample.summary.languages[l].char_share * tpc[l];
+  Json mix = Json::array();
+  for (size_t l = 0; l < n; ++l) {
+    const auto& ls = sample.summary.languages[l];
+    Json row = {{"lang", ls.lang}, {"weight_share", ls.weight_share}, {"char_share", ls.char_share},
+                {"token_share", z > 0 ? ls.char_share * tpc[l] / z : 0.0}, {"chars", ls.chars},
+                {"vocab_used", used[l]}, {"vocab_used_share", ratio(used[l], tok.vocab_size())}};
+    for (const LangVocab& v : sample.summary.vocab)
+      if (v.lang == ls.lang) row["vocab_allocated"] = to_json(v);
+    mix.push_back(row);
+  }
+  return mix;
+}
+
+}  // namespace
+
+absl::StatusOr<Json> write_report(const Tokenizer& tok, const TrainingSample& sample, const TrainOptions& recipe,
+                                  const ReportOptions& o, const std::string& out_dir) {
   std::vector<EncoderFns> encoders = {encoder_fns(tok)};
   double baseline_s = 0;
   int baseline_vocab = 0;
@@ -189,18 +247,18 @@ absl::Status write_report(const Tokenizer& tok, const TrainingSample& sample, co
     encoders.push_back(e);
   }
   // Text sets: held-out documents (or --eval-text), then the parallel sentences.
-  std::vector<std::tuple<std::string, std::string, std::vector<std::string>>> sets;  // set, lang, texts
-  if (o.eval_texts.empty()) {
-    for (const auto& lang : sample.langs) {
-      auto it = sample.heldout.find(lang);
-      if (it != sample.heldout.end() && !it->second.empty())
-        sets.emplace_back("heldout", lang, cap_chars(it->second, o.report_chars));
-    }
-  } else {
-    for (const auto& arg : o.eval_texts) {
-      LM_ASSIGN_OR_RETURN(auto lt, read_eval_text(arg, o.report_chars));
-      sets.emplace_back("eval", lt.first, std::move(lt.second));
-    }
+  TextSets sets;
+  for (const auto& lang : sample.langs) {
+    auto it = sample.heldout.find(lang);
+    if (it != sample.heldout.end() && !it->second.empty())
+      sets.emplace_back("heldout", lang, cap_chars(it->second, o.report_chars));
+  }
+  add_source_sets(sample, o.report_chars, &sets);
+  for (const auto& arg : o.eval_texts) {  // named by the file: "eval:bn_social" for bn=dir/bn_social.txt.gz
+    LM_ASSIGN_OR_RETURN(auto lt, read_eval_text(arg, o.report_chars));
+    std::string stem = arg.substr(arg.find_last_of("/=") + 1);
+    stem = stem.substr(0, stem.find('.'));
+    sets.emplace_back("eval:" + stem, lt.first, std::move(lt.second));
   }
   std::vector<std::pair<std::string, std::string>> pairs;
   if (!o.parallel.empty()) {
@@ -227,32 +285,12 @@ absl::Status write_report(const Tokenizer& tok, const TrainingSample& sample, co
     parity.push_back({{"encoder", e.name}, {"pairs", pairs.size()}, {"bn_tokens", tb}, {"en_tokens", te},
                       {"bn_over_en", ratio(tb, te)}});
   }
-  // Token share vs character share of the training mix (on up to report_chars per language).
-  Json mix = Json::array();
-  {
-    std::vector<double> tpc(sample.langs.size(), 0.0);
-    for (size_t l = 0; l < sample.langs.size(); ++l) {
-      int64_t chars = 0, tokens = 0;
-      for (size_t i = 0; i < sample.sentences.size() && chars < o.report_chars; ++i) {
-        if (sample.sentence_lang[i] != static_cast<int32_t>(l)) continue;
-        chars += data::count_code_points(sample.sentences[i]);
-        tokens += static_cast<int64_t>(tok.encode(sample.sentences[i]).size());
-      }
-      tpc[l] = ratio(tokens, chars);
-    }
-    double z = 0;
-    for (size_t l = 0; l < sample.langs.size(); ++l) z += sample.summary.languages[l].char_share * tpc[l];
-    for (size_t l = 0; l < sample.langs.size(); ++l) {
-      const auto& ls = sample.summary.languages[l];
-      mix.push_back({{"lang", ls.lang}, {"weight_share", ls.weight_share}, {"char_share", ls.char_share},
-                     {"token_share", z > 0 ? ls.char_share * tpc[l] / z : 0.0}, {"chars", ls.chars}});
-    }
-  }
+  const int threads = recipe.threads > 0 ? static_cast<int>(recipe.threads)
+                                         : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  const Json mix = training_mix(tok, sample, o, threads);
   // Encoding speed on all report texts.
   std::vector<std::string> speed_texts;
   for (const auto& [set, lang, texts] : sets) speed_texts.insert(speed_texts.end(), texts.begin(), texts.end());
-  const int threads = recipe.threads > 0 ? static_cast<int>(recipe.threads)
-                                         : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   const double mbs1 = encode_mb_per_s(tok, speed_texts, 1, 0.5);
   const double mbsn = threads > 1 ? encode_mb_per_s(tok, speed_texts, threads, 0.5) : mbs1;
 
@@ -264,31 +302,36 @@ absl::Status write_report(const Tokenizer& tok, const TrainingSample& sample, co
                  {"lines_dropped", sample.summary.lines_dropped}};
   if (o.compare_baseline) report["baseline"] = {{"vocab_size", baseline_vocab}, {"train_seconds", baseline_s}};
   LM_RETURN_IF_ERROR(write_json_file(out_dir + "/fertility.json", report));
-  if (o.json_stdout) {
-    std::printf("%s\n", report.dump(2).c_str());
-    return absl::OkStatus();
-  }
+  if (o.json_stdout) std::printf("%s\n", report.dump(2).c_str());
+  if (o.json_stdout || !o.print_table) return report;
   std::printf("\nfertility (vocab %d, ICU %s; cp = code points, gc = grapheme clusters)\n", tok.vocab_size(),
               icu_version().c_str());
-  std::printf("%-14s %-9s %-4s %6s %7s %7s %6s %8s %7s %6s %6s %9s\n", "tokenizer", "set", "lang", "texts",
+  int set_width = 9;
+  for (const auto& r : all) set_width = std::max(set_width, static_cast<int>(r.set.size()));
+  std::printf("%-14s %-*s %-4s %6s %7s %7s %6s %8s %7s %6s %6s %9s\n", "tokenizer", set_width, "set", "lang", "texts",
               "cp/tok", "gc/tok", "B/tok", "tok/word", "split%", "unk%", "byte%", "roundtrip");
   for (const auto& r : all)
-    std::printf("%-14s %-9s %-4s %6ld %7.3f %7.3f %6.2f %8.3f %6.1f%% %5.2f%% %5.2f%% %8.2f%%\n", r.encoder.c_str(),
-                r.set.c_str(), r.lang.c_str(), static_cast<long>(r.texts), r.cp_per_token, r.graphemes_per_token,
+    std::printf("%-14s %-*s %-4s %6ld %7.3f %7.3f %6.2f %8.3f %6.1f%% %5.2f%% %5.2f%% %8.2f%%\n", r.encoder.c_str(),
+                set_width, r.set.c_str(), r.lang.c_str(), static_cast<long>(r.texts), r.cp_per_token, r.graphemes_per_token,
                 r.bytes_per_token, r.tokens_per_word, 100 * r.split_word_share, 100 * r.unk_rate,
                 100 * r.byte_fallback_rate, 100 * r.roundtrip_rate);
   for (const auto& p : parity)
     std::printf("parity %-14s bn/en tokens on %ld parallel pairs: %.3f\n", p["encoder"].get<std::string>().c_str(),
                 static_cast<long>(p["pairs"].get<int64_t>()), p["bn_over_en"].get<double>());
   for (const auto& m : mix)
-    std::printf("training mix %-4s weights %5.1f%%  chars %5.1f%%  tokens %5.1f%%\n",
+    std::printf("training mix %-4s weights %5.1f%%  chars %5.1f%%  tokens %5.1f%%  vocabulary used %5.1f%% (%ld "
+                "pieces)%s\n",
                 m["lang"].get<std::string>().c_str(), 100 * m["weight_share"].get<double>(),
-                100 * m["char_share"].get<double>(), 100 * m["token_share"].get<double>());
+                100 * m["char_share"].get<double>(), 100 * m["token_share"].get<double>(),
+                100 * m["vocab_used_share"].get<double>(), static_cast<long>(m["vocab_used"].get<int64_t>()),
+                m.contains("vocab_allocated")
+                    ? absl::StrFormat(", allocated %.1f%%", 100 * m["vocab_allocated"]["share"].get<double>()).c_str()
+                    : "");
   std::printf("encode speed: %.2f MB/s on 1 thread, %.2f MB/s on %d threads\n", mbs1, mbsn, threads);
   std::printf("long lines split at sentence ends: %ld, dropped: %ld; report in %s/fertility.json\n",
               static_cast<long>(sample.summary.long_lines_split), static_cast<long>(sample.summary.lines_dropped),
               out_dir.c_str());
-  return absl::OkStatus();
+  return report;
 }
 
 }  // namespace lm::tokenizer

@@ -21,7 +21,9 @@ struct ReportOptions {
   std::string parallel;                       // JSONL {bn, en[, corpus, split]} (.gz ok)
   std::vector<std::string> parallel_corpora;  // corpus:split filters for `parallel` (empty = all)
   int64_t report_chars = 500000;              // code points per language and set, at most
+  int64_t vocab_use_chars = 2000000;          // code points of each language's training text for its vocabulary use
   bool json_stdout = false;
+  bool print_table = true;                    // false: only fertility.json (the sweep prints its own table)
 };
 
 // What the report needs of a tokenizer, so the baseline is measured by the same code.
@@ -62,8 +64,9 @@ int64_t count_graphemes(std::string_view utf8);
 absl::StatusOr<std::vector<std::pair<std::string, std::string>>> read_parallel(
     const std::string& path, const std::vector<std::string>& corpora);
 
-// Everything `lmtrain tokenizer` reports after training: fertility.json in out_dir + stdout.
-absl::Status write_report(const Tokenizer& tok, const TrainingSample& sample, const TrainOptions& recipe,
-                          const ReportOptions& options, const std::string& out_dir);
+// Everything `lmtrain tokenizer` reports after training: fertility.json in out_dir + stdout;
+// returns the report (fertility.json's content).
+absl::StatusOr<Json> write_report(const Tokenizer& tok, const TrainingSample& sample, const TrainOptions& recipe,
+                                  const ReportOptions& options, const std::string& out_dir);
 
 }  // namespace lm::tokenizer

@@ -5,16 +5,21 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <map>
 #include <set>
 #include <thread>
 
 #include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
 #include "core/config.h"
 #include "core/file.h"
 #include "core/log.h"
+#include "tokenizer/merge.h"
+#include "tokenizer/model_proto.h"
 #include "tokenizer/normalize.h"
 
 namespace lm::tokenizer {
@@ -48,15 +53,6 @@ absl::Status make_dir(const std::string& dir) {
   return absl::OkStatus();
 }
 
-// The documents of one source read so far (held-out ones excluded).
-struct SourceDocs {
-  std::vector<std::string> docs;
-  int64_t chars = 0;
-  int64_t seen = 0;        // documents the reader delivered, held-out ones included
-  bool exhausted = false;  // the reader reached the end of the source
-  data::ReadStats stats;   // of the latest read, which covers the earlier ones
-};
-
 // ---- Portable identity: spm.model without the facts of where and how fast it was trained ----
 // SentencePiece records the rule file's path (NormalizerSpec.normalization_rule_tsv, our --out
 // folder) and the trainer's thread count (TrainerSpec.num_threads) in the model, so the same
@@ -67,58 +63,6 @@ struct SourceDocs {
 constexpr int kTrainerSpec = 2, kNormalizerSpec = 3, kDenormalizerSpec = 5;
 constexpr int kTrainerInput = 1, kTrainerModelPrefix = 2, kTrainerNumThreads = 16, kNormalizerRuleTsv = 6;
 
-bool read_varint(const std::string& b, size_t& i, uint64_t* v) {
-  *v = 0;
-  for (int shift = 0; i < b.size() && shift < 64; shift += 7) {
-    const uint8_t c = static_cast<uint8_t>(b[i++]);
-    *v |= static_cast<uint64_t>(c & 0x7f) << shift;
-    if (!(c & 0x80)) return true;
-  }
-  return false;
-}
-
-void write_varint(uint64_t v, std::string* out) {
-  do {
-    uint8_t c = v & 0x7f;
-    v >>= 7;
-    out->push_back(static_cast<char>(v ? c | 0x80 : c));
-  } while (v);
-}
-
-// Copies the message `b` without the fields in `drop`; `edit(field, bytes)` may rewrite a
-// length-delimited field. False when `b` is not well-formed.
-template <class Edit>
-bool filter_message(const std::string& b, const std::set<int>& drop, Edit edit, std::string* out) {
-  for (size_t i = 0; i < b.size();) {
-    const size_t start = i;
-    uint64_t tag = 0, v = 0;
-    if (!read_varint(b, i, &tag)) return false;
-    const int field = static_cast<int>(tag >> 3), wire = static_cast<int>(tag & 7);
-    std::string payload;
-    if (wire == 0) {
-      if (!read_varint(b, i, &v)) return false;
-    } else if (wire == 1 || wire == 5) {
-      i += wire == 1 ? 8 : 4;
-    } else if (wire == 2) {
-      if (!read_varint(b, i, &v) || v > b.size() - i) return false;
-      payload = b.substr(i, v);
-      i += v;
-    } else {
-      return false;  // groups: not in sentencepiece_model.proto
-    }
-    if (i > b.size()) return false;
-    if (drop.count(field)) continue;
-    if (wire == 2 && edit(field, &payload)) {
-      write_varint(tag, out);
-      write_varint(payload.size(), out);
-      out->append(payload);
-    } else {
-      out->append(b, start, i - start);
-    }
-  }
-  return true;
-}
-
 }  // namespace
 
 std::string portable_model_bytes(const std::string& model) {
@@ -128,12 +72,12 @@ std::string portable_model_bytes(const std::string& model) {
     if (field == kNormalizerSpec || field == kDenormalizerSpec) drop = {kNormalizerRuleTsv};
     if (drop.empty()) return false;
     std::string out;
-    if (!filter_message(*payload, drop, [](int, std::string*) { return false; }, &out)) return false;
+    if (!wire::filter_message(*payload, drop, [](int, std::string*) { return false; }, &out)) return false;
     *payload = std::move(out);
     return true;
   };
   std::string out;
-  return filter_message(model, {}, inner, &out) ? out : model;
+  return wire::filter_message(model, {}, inner, &out) ? out : model;
 }
 
 int split_long_line(std::string_view line, size_t max_bytes, std::vector<std::string>* out) {
@@ -173,210 +117,6 @@ int split_long_line(std::string_view line, size_t max_bytes, std::vector<std::st
     ++pieces;
   }
   return pieces;
-}
-
-namespace {
-
-// Takes whole lines of `docs` until `budget` code points are used (returned), so the ratio holds to
-// about one line even when documents are long (a Wikipedia article, a novel's chapter); lines
-// longer than `max_len` bytes are split. Counts go to `ls`, the lines to `out`.
-int64_t take_lines(const std::vector<std::string>& docs, double budget, int32_t lang_index, size_t max_len,
-                   LangSample& ls, TrainingSample& out) {
-  int64_t used = 0;
-  for (const auto& doc : docs) {
-    if (used >= budget) break;
-    ++ls.documents;
-    size_t start = 0;
-    while (start <= doc.size() && used < budget) {
-      size_t nl = doc.find('\n', start);
-      if (nl == std::string::npos) nl = doc.size();
-      std::string_view line(doc.data() + start, nl - start);
-      if (!line.empty() && line.find_first_not_of(" \t\r") != std::string_view::npos) {
-        if (line.size() > max_len) ++out.summary.long_lines_split;
-        split_long_line(line, max_len, &out.sentences);
-        out.sentence_lang.resize(out.sentences.size(), lang_index);
-        const int64_t c = data::count_code_points(line);
-        used += c;
-        ls.chars += c;
-        ls.bytes += static_cast<int64_t>(line.size());
-      }
-      start = nl + 1;
-    }
-  }
-  return used;
-}
-
-}  // namespace
-
-namespace {
-
-// Reads sources[i] on until `target` code points are taken (or the source ends). A later call
-// re-opens the source and skips the documents it already delivered: the reader is deterministic,
-// so the same documents come in the same order and dedup sees them again.
-absl::Status read_until(const data::CorpusManifest& m, size_t i, const TrainOptions& o, double target,
-                        SourceDocs& sd, std::vector<std::string>& held) {
-  if (sd.exhausted || sd.chars >= target) return absl::OkStatus();
-  data::ReadOptions ro;
-  ro.dedup = o.dedup;
-  ro.skip_invalid_utf8 = o.skip_invalid_utf8;
-  int64_t k = 0;
-  bool stopped = false;
-  data::ReadStats st;
-  LM_RETURN_IF_ERROR(data::for_each_document(m, m.sources[i], ro, [&](const std::string& doc) {
-    if (k++ < sd.seen) return absl::OkStatus();
-    const int64_t index = sd.seen++;
-    if (o.heldout_every > 0 && index % o.heldout_every == o.heldout_every - 1) {
-      held.push_back(doc);
-      return absl::OkStatus();
-    }
-    sd.chars += data::count_code_points(doc);
-    sd.docs.push_back(doc);
-    if (sd.chars < target) return absl::OkStatus();
-    stopped = true;
-    return data::stop_reading();
-  }, &st));
-  sd.exhausted = !stopped;
-  sd.stats = st;  // this read covers the earlier ones
-  return absl::OkStatus();
-}
-
-// Water-filling: targets t_i = min(a_i, lambda * w_i) with sum t_i = total, where a_i is known
-// only for exhausted sources (the others may still give more), so a short source gives all it
-// has and the others share its shortfall in proportion to their weights.
-std::vector<double> fill_targets(const std::vector<double>& w, const std::vector<SourceDocs>& sd, double total) {
-  const size_t n = w.size();
-  std::vector<bool> capped(n, false);
-  double lambda = 0;
-  for (bool changed = true; changed;) {
-    double rest = total, wsum = 0;
-    for (size_t i = 0; i < n; ++i) capped[i] ? rest -= static_cast<double>(sd[i].chars) : wsum += w[i];
-    if (wsum <= 0) break;
-    lambda = std::max(rest, 0.0) / wsum;
-    changed = false;
-    for (size_t i = 0; i < n; ++i) {
-      if (!capped[i] && sd[i].exhausted && static_cast<double>(sd[i].chars) < lambda * w[i]) capped[i] = changed = true;
-    }
-  }
-  std::vector<double> t(n);
-  for (size_t i = 0; i < n; ++i) t[i] = capped[i] ? static_cast<double>(sd[i].chars) : lambda * w[i];
-  return t;
-}
-
-// Reads every source to its share of the sample and returns the per-source character budgets.
-absl::StatusOr<std::vector<double>> read_sources(const data::CorpusManifest& m, const TrainOptions& o,
-                                                 std::vector<SourceDocs>& sd, TrainingSample& out) {
-  const size_t n = m.sources.size();
-  std::vector<double> w(n), quota(n);
-  double total_w = 0;
-  for (const auto& s : m.sources) total_w += s.weight;
-  for (size_t i = 0; i < n; ++i) {
-    w[i] = m.sources[i].weight;
-    quota[i] = static_cast<double>(o.sample_chars) * w[i] / total_w;
-    LM_RETURN_IF_ERROR(read_until(m, i, o, quota[i], sd[i], out.heldout[m.sources[i].lang]));
-  }
-  if (o.keep_ratio) {  // the exact mix: every source cut by the worst shortfall
-    double f = 1.0;
-    for (size_t i = 0; i < n; ++i) f = std::min(f, static_cast<double>(sd[i].chars) / quota[i]);
-    for (auto& q : quota) q *= f;
-    return quota;
-  }
-  while (true) {  // each round either meets every target or finds another source exhausted
-    std::vector<double> t = fill_targets(w, sd, static_cast<double>(o.sample_chars));
-    bool more = false;
-    for (size_t i = 0; i < n; ++i) {
-      if (sd[i].exhausted || static_cast<double>(sd[i].chars) >= t[i]) continue;
-      more = true;
-      LM_RETURN_IF_ERROR(read_until(m, i, o, t[i], sd[i], out.heldout[m.sources[i].lang]));
-    }
-    if (!more) return t;
-  }
-}
-
-// A short source is never silent: it is named with its size, its asked share and what it gave.
-// A corpus smaller than the sample (every source read to its end, as the demo's) is one warning
-// with each source's share, not one per source.
-void warn_shortfalls(const TrainingSample& out, const TrainOptions& o, int64_t total_chars) {
-  const double sample = static_cast<double>(o.sample_chars);
-  const bool all_read = !out.sources.empty() && static_cast<double>(total_chars) < 0.99 * sample &&
-                        std::all_of(out.sources.begin(), out.sources.end(),
-                                    [](const SourceSample& s) { return s.exhausted; });
-  if (all_read && !o.keep_ratio) {
-    std::vector<std::string> shares;
-    for (const SourceSample& s : out.sources)
-      shares.push_back(absl::StrFormat("'%s' %.1f%% (weights ask %.1f%%)", s.id,
-                                       total_chars > 0 ? 100.0 * s.chars / total_chars : 0.0, 100 * s.weight_share));
-    log_warn("tokenizer sample: %s characters instead of the %s asked (sample_chars): the whole corpus is smaller, "
-             "so every source is used to its end and the mix is the corpus's own: %s (add text or lower "
-             "--sample-chars to silence this)",
-             format_count(total_chars), format_count(sample), absl::StrJoin(shares, ", "));
-    return;
-  }
-  for (const SourceSample& s : out.sources) {
-    if (!s.exhausted || s.read_chars >= s.asked_chars) continue;
-    log_warn("tokenizer sample: source %s has %s characters, less than its share %.1f%% of the %s-character "
-             "sample (%s); it gave %s (%.2f%% of the sample)%s",
-             s.description, format_count(static_cast<double>(s.read_chars)), 100 * s.weight_share,
-             format_count(sample), format_count(static_cast<double>(s.asked_chars)),
-             format_count(static_cast<double>(s.chars)), total_chars > 0 ? 100.0 * s.chars / total_chars : 0.0,
-             o.keep_ratio ? "; keep_ratio cuts every other source by the same factor"
-                          : "; the other sources filled the rest in proportion to their weights");
-  }
-  if (static_cast<double>(total_chars) < 0.99 * sample) {
-    log_warn("tokenizer sample: %s characters instead of the %s asked (sample_chars): %s", format_count(total_chars),
-             format_count(sample),
-             o.keep_ratio ? "keep_ratio cut every source to keep the weights' exact mix (--keep-ratio false "
-                            "fills from the other sources instead)"
-                          : "the corpus holds no more text (add text or lower --sample-chars)");
-  }
-}
-
-}  // namespace
-
-absl::StatusOr<TrainingSample> build_sample(const data::CorpusManifest& m, const TrainOptions& o) {
-  if (o.sample_chars <= 0) return absl::InvalidArgumentError("sample_chars: must be positive");
-  if (o.max_sentence_length < 256) return absl::InvalidArgumentError("max_sentence_length: must be at least 256 bytes");
-  double total_w = 0;
-  for (const auto& s : m.sources) total_w += s.weight;
-  TrainingSample out;
-  std::vector<SourceDocs> per_source(m.sources.size());
-  LM_ASSIGN_OR_RETURN(const std::vector<double> budget, read_sources(m, o, per_source, out));
-  std::map<std::string, LangSample> langs;
-  std::map<std::string, int32_t> lang_idx;
-  data::ReadStats stats;
-  int64_t total_chars = 0;
-  for (size_t i = 0; i < m.sources.size(); ++i) {
-    const auto& src = m.sources[i];
-    if (!lang_idx.count(src.lang)) {
-      lang_idx[src.lang] = static_cast<int32_t>(out.langs.size());
-      out.langs.push_back(src.lang);
-    }
-    LangSample& ls = langs[src.lang];
-    ls.lang = src.lang;
-    ls.weight_share += src.weight / total_w;
-    ls.available_chars += per_source[i].chars;
-    const int64_t used = take_lines(per_source[i].docs, budget[i], lang_idx[src.lang],
-                                    static_cast<size_t>(o.max_sentence_length), ls, out);
-    total_chars += used;
-    stats.add(per_source[i].stats);
-    SourceSample ss{data::source_id(m, i), src.lang, data::describe_source(m, i), src.weight / total_w};
-    ss.asked_chars = static_cast<int64_t>(std::llround(static_cast<double>(o.sample_chars) * ss.weight_share));
-    ss.read_chars = per_source[i].chars;
-    ss.chars = used;
-    ss.exhausted = per_source[i].exhausted;
-    out.sources.push_back(ss);
-  }
-  for (const auto& l : out.langs) {
-    LangSample ls = langs[l];
-    ls.char_share = total_chars > 0 ? static_cast<double>(ls.chars) / total_chars : 0;
-    out.summary.languages.push_back(ls);
-  }
-  out.summary.sentences = static_cast<int64_t>(out.sentences.size());
-  out.summary.invalid_utf8_skipped = stats.invalid_skipped;
-  out.summary.empty_dropped = stats.empty_dropped;
-  out.summary.duplicates_dropped = stats.duplicates_dropped;
-  if (out.sentences.empty()) return absl::InvalidArgumentError("the corpus has no text to train on");
-  warn_shortfalls(out, o, total_chars);
-  return out;
 }
 
 std::unordered_map<std::string, std::string> spm_kwargs(const TrainOptions& o, const std::string& required_chars,
@@ -428,42 +168,121 @@ std::string describe_sample(const TrainingSample& sample) {
   return s;
 }
 
+// The Bengali code points (U+0980-U+09FF) the sample holds, as SentencePiece's required_chars.
+std::string required_bengali(const TrainingSample& sample) {
+  std::set<uint32_t> seen;
+  for (const auto& s : sample.sentences) {
+    for (size_t i = 0; i < s.size();) {
+      uint32_t cp = next_cp(s, i);
+      if (cp >= 0x0980 && cp <= 0x09FF) seen.insert(cp);
+    }
+  }
+  std::string required;
+  for (uint32_t cp : seen) {
+    char buf[4] = {static_cast<char>(0xE0 | (cp >> 12)), static_cast<char>(0x80 | ((cp >> 6) & 0x3F)),
+                   static_cast<char>(0x80 | (cp & 0x3F)), 0};
+    required.append(buf, 3);
+  }
+  return required;
+}
+
+absl::Status train_failed(const std::string& error, const TrainingSample& sample, const TrainOptions& o,
+                          const std::string& lang) {
+  return absl::InvalidArgumentError(absl::StrCat(
+      "SentencePiece training failed", lang.empty() ? "" : " on the '" + lang + "' text", ": ", error, " (",
+      describe_sample(sample), "; a vocabulary too large for the sample fails here: lower --vocab-size (now ",
+      o.vocab_size, ") or add text to the short sources)"));
+}
+
+// The languages' shares of the vocabulary: o.language_vocab ("bn:0.6,en:0.4", normalized) or
+// each language's share of the sample's characters.
+absl::StatusOr<std::map<std::string, double>> language_vocab_shares(const TrainOptions& o, const SampleSummary& s) {
+  std::map<std::string, double> shares;
+  if (o.language_vocab.empty()) {
+    for (const LangSample& l : s.languages) shares[l.lang] = l.char_share;
+    return shares;
+  }
+  double sum = 0;
+  for (absl::string_view part : absl::StrSplit(o.language_vocab, ',')) {
+    const std::pair<std::string, std::string> kv = absl::StrSplit(part, absl::MaxSplits(':', 1));
+    double v = 0;
+    if (!absl::SimpleAtod(kv.second, &v) || !(v > 0) || shares.count(kv.first))
+      return absl::InvalidArgumentError(absl::StrCat("language_vocab: '", part, "' in '", o.language_vocab,
+                                                     "': expected LANG:SHARE with SHARE > 0, each language once "
+                                                     "(e.g. bn:0.6,en:0.4)"));
+    shares[kv.first] = v;
+    sum += v;
+  }
+  for (const LangSample& l : s.languages)
+    if (!shares.count(l.lang))
+      return absl::InvalidArgumentError(absl::StrCat("language_vocab: '", o.language_vocab, "' gives no share to '",
+                                                     l.lang, "', a language of the sample"));
+  if (shares.size() != s.languages.size())
+    return absl::InvalidArgumentError(absl::StrCat("language_vocab: '", o.language_vocab,
+                                                   "' names a language the sample does not hold"));
+  for (auto& [lang, v] : shares) v /= sum;
+  return shares;
+}
+
+// One unigram model per language on its own sentences, sized to its share of the vocabulary (with
+// slack: pieces such as digits and punctuation are shared, and the merge takes exactly
+// vocab_size), merged into one model (tokenizer/merge.h).
+absl::StatusOr<std::string> train_per_language(const TrainingSample& sample, const TrainOptions& o,
+                                               std::unordered_map<std::string, std::string> kwargs,
+                                               SampleSummary* summary) {
+  LM_ASSIGN_OR_RETURN(const auto shares, language_vocab_shares(o, *summary));
+  const int64_t meta = 4 + (o.byte_fallback ? 256 : 0), room = o.vocab_size - meta;
+  std::vector<LanguageModel> models;
+  for (size_t l = 0; l < sample.langs.size(); ++l) {
+    const std::string& lang = sample.langs[l];
+    std::vector<std::string> text;
+    for (size_t i = 0; i < sample.sentences.size(); ++i)
+      if (sample.sentence_lang[i] == static_cast<int32_t>(l)) text.push_back(sample.sentences[i]);
+    const double share = shares.at(lang);
+    kwargs["vocab_size"] = std::to_string(meta + static_cast<int64_t>(std::ceil(share * room * 1.08)) + 64);
+    kwargs["hard_vocab_limit"] = "false";  // a small text gives what it can; the merge says when the union is short
+    log_info("training the '%s' model: %s sentences, %.1f%% of the vocabulary", lang,
+             format_count(static_cast<double>(text.size())), 100 * share);
+    std::string model, error;
+    if (!bridge::train(kwargs, text, &model, &error)) return train_failed(error, sample, o, lang);
+    models.push_back({lang, std::move(model), summary->languages[l].char_share, share});
+  }
+  std::vector<MergedLanguage> merged;
+  absl::StatusOr<std::string> model = merge_unigram_models(models, o.vocab_size, &merged);
+  if (!model.ok()) return train_failed(std::string(model.status().message()), sample, o, "");
+  summary->vocab.clear();
+  for (const MergedLanguage& m : merged)
+    summary->vocab.push_back({m.lang, shares.at(m.lang), m.trained, m.kept, m.shared});
+  return *model;
+}
+
 }  // namespace
 
 absl::StatusOr<Tokenizer> train_tokenizer(const TrainingSample& sample, const TrainOptions& o,
                                           const std::string& out_dir, SampleSummary* summary) {
   if (o.model_type != "unigram" && o.model_type != "bpe")
     return absl::InvalidArgumentError("model_type: expected unigram or bpe, got '" + o.model_type + "'");
+  if (o.vocab_allocation != "per-language" && o.vocab_allocation != "joint")
+    return absl::InvalidArgumentError("vocab_allocation: expected per-language or joint, got '" + o.vocab_allocation +
+                                      "' (--vocab-allocation)");
+  const bool per_language = o.vocab_allocation == "per-language" && sample.langs.size() > 1;
+  if (per_language && o.model_type != "unigram")
+    return absl::InvalidArgumentError("vocab_allocation per-language merges unigram models: with --model-type " +
+                                      o.model_type + " use --vocab-allocation joint");
   if (o.vocab_size < 300) return absl::InvalidArgumentError("vocab_size: must be at least 300 (260 specials+bytes)");
   LM_RETURN_IF_ERROR(make_dir(out_dir));
   const std::string tsv_path = out_dir + "/normalization.tsv";
   LM_RETURN_IF_ERROR(write_file_atomic(tsv_path, nfc_rule_tsv()));
-
-  std::string required;
-  if (o.require_bengali) {
-    std::set<uint32_t> seen;
-    for (const auto& s : sample.sentences) {
-      for (size_t i = 0; i < s.size();) {
-        uint32_t cp = next_cp(s, i);
-        if (cp >= 0x0980 && cp <= 0x09FF) seen.insert(cp);
-      }
-    }
-    for (uint32_t cp : seen) {
-      char buf[4] = {static_cast<char>(0xE0 | (cp >> 12)), static_cast<char>(0x80 | ((cp >> 6) & 0x3F)),
-                     static_cast<char>(0x80 | (cp & 0x3F)), 0};
-      required.append(buf, 3);
-    }
-    summary->required_chars = static_cast<int64_t>(seen.size());
-  }
+  const std::string required = o.require_bengali ? required_bengali(sample) : "";
+  summary->required_chars = static_cast<int64_t>(required.size() / 3);
   auto kwargs = spm_kwargs(o, required, tsv_path);
   bridge::set_log_level(output_options().quiet ? 2 : 1);
   const auto t0 = std::chrono::steady_clock::now();
   std::string model, error;
-  if (!bridge::train(kwargs, sample.sentences, &model, &error)) {
-    return absl::InvalidArgumentError(absl::StrCat("SentencePiece training failed: ", error, " (",
-                                                   describe_sample(sample), "; a vocabulary too large for the sample "
-                                                   "fails here: lower --vocab-size (now ", o.vocab_size,
-                                                   ") or add text to the short sources)"));
+  if (per_language) {
+    LM_ASSIGN_OR_RETURN(model, train_per_language(sample, o, kwargs, summary));
+  } else if (!bridge::train(kwargs, sample.sentences, &model, &error)) {
+    return train_failed(error, sample, o, "");
   }
   summary->seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   model = portable_model_bytes(model);  // the hash names the content, not the folder or --threads

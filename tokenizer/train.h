@@ -15,8 +15,7 @@
 namespace lm::tokenizer {
 
 // What one corpus source gave the sample. Its asked share is weight / sum of weights; a source
-// with less text gives all it has and the others fill the rest in proportion to their weights
-// (keep_ratio instead cuts every source by the same factor).
+// with less text gives all it has and the rest comes from where TrainOptions::fill says.
 struct SourceSample {
   std::string id;           // data::source_id
   std::string lang;
@@ -33,14 +32,17 @@ struct TrainingSample {
   std::vector<int32_t> sentence_lang;   // index into `langs` for each sentence
   std::vector<std::string> langs;       // in manifest order of first appearance
   std::map<std::string, std::vector<std::string>> heldout;  // lang -> held-out documents
+  std::map<std::string, std::vector<std::string>> heldout_by_source;  // source id -> its held-out documents
   std::vector<SourceSample> sources;    // manifest order; empty for samples built in code
   SampleSummary summary;
 };
 
 // Reads the manifest's sources into a training sample: source i gets sample_chars * w_i / sum(w)
-// characters; a source that has less gives all it has, is named in a warning with its numbers,
-// and the other sources fill the rest in proportion to their weights (with keep_ratio every
-// source is cut by the worst shortfall instead, and the warning gives the smaller sample size).
+// characters (code points, line breaks not counted); a source that has less gives all it has and
+// by default (fill "same-language") the other sources of its language fill the rest by weight; a
+// language short as a whole cuts every language by the same factor, so the sample's language mix
+// is the asked one. "other-languages" fills from every source, "none" cuts every source alike.
+// Each shortfall is one warning line with the numbers.
 absl::StatusOr<TrainingSample> build_sample(const data::CorpusManifest& manifest, const TrainOptions& options);
 
 // Splits `line` into pieces of at most `max_bytes` bytes, preferring sentence ends (। ? ! . then

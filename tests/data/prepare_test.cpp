@@ -295,10 +295,11 @@ TEST_F(PrepareTest, ShardTokensSplitsIntoSeveralShards) {
 }
 
 // Issue #21.5: one meaning of weight. bn has two sources of weight 2 (news: 900 documents,
-// lit: 300) and an empty one of weight 5; en one of weight 1. Each source with text gets
-// weight / 5 of the mixture (the empty one adds nothing, and says so); the old meaning summed
-// weights per language (bn 9 of 10, the empty source included) and sampled bn's windows evenly.
-TEST_F(PrepareTest, WeightsArePerSourceAndAnEmptySourceAddsNone) {
+// lit: 300) and an empty one of weight 5; en one of weight 1. Each source with text gets its
+// weight's share; issue 31: the empty one's weight stays with its language (bn 9 of 10, shared
+// by news and lit by their weights, and it says so), so the language mix is the asked one; the
+// old rule gave it to every source (bn 0.8) and before issue 21 bn's windows were drawn evenly.
+TEST_F(PrepareTest, WeightsArePerSourceAndAnEmptySourceLeavesItsWeightToItsLanguage) {
   {
     std::ofstream a(dir_->file("news.txt")), b(dir_->file("lit.txt")), e(dir_->file("empty.txt"));
     for (size_t i = 0; i < bn_.size(); ++i) (i < 900 ? a : b) << bn_[i] << "\n";
@@ -315,16 +316,16 @@ TEST_F(PrepareTest, WeightsArePerSourceAndAnEmptySourceAddsNone) {
   auto m = prepare(o);
   const std::string err = ::testing::internal::GetCapturedStderr();
   LM_ASSERT_OK(m.status());
-  EXPECT_NE(err.find("source 'empty' (sources[2], bn, empty.txt) has no training tokens; its weight 5 adds "
-                     "nothing"), std::string::npos) << err;
-  EXPECT_DOUBLE_EQ(m->languages.at("bn").token_share, 0.8);
-  EXPECT_DOUBLE_EQ(m->weights.at("bn"), 4.0);
+  EXPECT_NE(err.find("source 'empty' (sources[2], bn, empty.txt) has no training tokens; its weight 5 goes to "
+                     "the other 'bn' sources (the language mix stays as asked)"), std::string::npos) << err;
+  EXPECT_DOUBLE_EQ(m->languages.at("bn").token_share, 0.9);
+  EXPECT_DOUBLE_EQ(m->weights.at("bn"), 9.0);
   ASSERT_EQ(m->sources.size(), 4u);
   EXPECT_EQ(m->sources[0].id, "news");
-  EXPECT_DOUBLE_EQ(m->sources[0].share, 0.4);
-  EXPECT_DOUBLE_EQ(m->sources[1].share, 0.4);
+  EXPECT_DOUBLE_EQ(m->sources[0].share, 0.45);
+  EXPECT_DOUBLE_EQ(m->sources[1].share, 0.45);
   EXPECT_DOUBLE_EQ(m->sources[2].share, 0.0);
-  EXPECT_DOUBLE_EQ(m->sources[3].share, 0.2);
+  EXPECT_DOUBLE_EQ(m->sources[3].share, 0.1);
   EXPECT_EQ(m->sources[0].docs, 900u);
   EXPECT_EQ(m->sources[0].train_tokens + m->sources[1].train_tokens, m->languages.at("bn").train_tokens);
   const std::string report = format_report(*m);
@@ -341,8 +342,8 @@ TEST_F(PrepareTest, WeightsArePerSourceAndAnEmptySourceAddsNone) {
   LM_ASSERT_OK(s.status());
   ASSERT_EQ(s->streams().size(), 3u);
   EXPECT_EQ(s->streams()[1].name, "bn/lit");
-  EXPECT_DOUBLE_EQ(s->streams()[1].probability, 0.4);
-  EXPECT_DOUBLE_EQ(s->probability("bn"), 0.8);
+  EXPECT_DOUBLE_EQ(s->streams()[1].probability, 0.45);
+  EXPECT_DOUBLE_EQ(s->probability("bn"), 0.9);
 }
 
 // --plan-tokens: the passes over each language and source that a token budget makes, in the

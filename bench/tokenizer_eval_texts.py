@@ -1,0 +1,43 @@
+#!/usr/bin/env python3
+"""Writes domain texts the training corpus lacks, for `lmtrain tokenizer --eval-text` (issue 31.4).
+
+  bench/tokenizer_eval_texts.py ../shared/data OUT_DIR
+
+OUT_DIR/bn_science.txt, en_science.txt: BEnQA school-exam science and maths questions, the Bangla
+and English side of the same rows (question and its four options on one line; rows with LaTeX
+kept, they are part of the domain). Technical text is the closest to UI/technical Bangla in the
+shared data; the informal web comments are read directly from bn/bn_social_sentiment.txt.gz.
+"""
+import csv
+import glob
+import os
+import sys
+import unicodedata
+
+
+def main():
+    if len(sys.argv) != 3:
+        sys.exit(__doc__)
+    data, out = sys.argv[1], sys.argv[2]
+    files = sorted(glob.glob(os.path.join(data, "bench", "benqa", "*.csv")))
+    if not files:
+        sys.exit(f"{data}/bench/benqa/*.csv: no file (is {data} the shared data folder?)")
+    os.makedirs(out, exist_ok=True)
+    rows = {"bn": [], "en": []}
+    for path in files:
+        with open(path, encoding="utf-8", newline="") as f:
+            for r in csv.DictReader(f):
+                bn = " ".join([r["Bengali Question"]] + [r[k + " Bn"] for k in "ABCD"])
+                en = " ".join([r["English Question"]] + [r[k] for k in "ABCD"])
+                for lang, text in (("bn", bn), ("en", en)):
+                    text = unicodedata.normalize("NFC", " ".join(text.split()))  # BEnQA is not NFC
+                    if text:
+                        rows[lang].append(text)
+    for lang, lines in rows.items():
+        with open(os.path.join(out, f"{lang}_science.txt"), "w", encoding="utf-8") as f:
+            f.write("\n".join(lines) + "\n")
+        print(f"{out}/{lang}_science.txt: {len(lines)} lines, {sum(map(len, lines))} characters")
+
+
+if __name__ == "__main__":
+    main()
