@@ -13,7 +13,7 @@
 namespace lm::app {
 
 absl::Status run_tokenizer_sweep(const tokenizer::TrainingSample& sample, const tokenizer::TrainOptions& recipe,
-                                 tokenizer::ReportOptions report, const std::vector<int64_t>& sizes,
+                                 const tokenizer::ReportOptions& report, const std::vector<int64_t>& sizes,
                                  const std::string& out);
 
 }  // namespace lm::app

@@ -189,12 +189,12 @@ std::string pct(int64_t part, int64_t total) {
 // What each language got and asked: "bn 64.4% (asked 64.4%, 10.4M, all it has)".
 std::string describe_languages(const TrainingSample& out) {
   std::vector<std::string> parts;
-  for (const LangSample& l : out.summary.languages)
+  for (const LangSample& l : out.summary.languages) {
+    const bool all = std::all_of(out.sources.begin(), out.sources.end(),
+                                 [&](const SourceSample& s) { return s.lang != l.lang || s.exhausted; });
     parts.push_back(absl::StrFormat("%s %.1f%% (asked %.1f%%, %s%s)", l.lang, 100 * l.char_share, 100 * l.weight_share,
-                                    format_count(static_cast<double>(l.chars)),
-                                    l.chars >= 0.99 * static_cast<double>(l.available_chars)
-                                        ? ", all it has"
-                                        : absl::StrCat(" of ", format_count(static_cast<double>(l.available_chars)))));
+                                    format_count(static_cast<double>(l.chars)), all ? ", all it has" : ""));
+  }
   return absl::StrJoin(parts, ", ");
 }
 
