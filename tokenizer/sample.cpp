@@ -216,12 +216,16 @@ void warn_shortfalls(const TrainingSample& out, const TrainOptions& o, Fill fill
                                            : "; the other sources (any language) filled the rest by weight");
   }
   if (!shrank) return;
+  const bool all_read =
+      std::all_of(out.sources.begin(), out.sources.end(), [](const SourceSample& s) { return s.exhausted; });
   log_warn("tokenizer sample: %s characters instead of the %s asked (sample_chars): %s; %s",
            format_count(static_cast<double>(total_chars)), format_count(sample),
            fill == Fill::kOtherLanguages ? "the whole corpus is smaller, every source was used to its end"
            : fill == Fill::kNone         ? "fill none cut every source by the same factor (the exact source mix)"
-                                         : "a language has less text than its share, so every language was cut by "
-                                           "the same factor to keep the asked language mix",
+           : all_read ? "the whole corpus is smaller, so the language with the least text for its share set the size "
+                        "and the others were cut to keep the asked language mix"
+                      : "a language has less text than its share, so every language was cut by "
+                        "the same factor to keep the asked language mix",
            describe_languages(out) + " (add text, lower --sample-chars, or --fill other-languages to "
                                                   "keep the size by filling from other languages)");
 }
