@@ -51,11 +51,16 @@ std::string format_sweep(const Json& rows) {
       "vocabulary sweep (code points per token; parity = bn tokens / en tokens on the same sentences)\n"
       "%7s %9s %9s %9s %9s %7s %8s %8s\n",
       "vocab", "held bn", "held en", "par bn", "par en", "parity", "MB/s 1t", "train s");
+  // A set the report did not have (no held-out text of a language, no --parallel) shows "-".
+  auto cell = [](const Json& v, int width) {
+    const double x = v.get<double>();
+    return x > 0 ? absl::StrFormat("%*.3f", width, x) : absl::StrFormat("%*s", width, "-");
+  };
   for (const auto& r : rows)
-    s += absl::StrFormat("%7d %9.3f %9.3f %9.3f %9.3f %7.3f %8.2f %8.0f\n", r["vocab_size"].get<int64_t>(),
-                         r["heldout_bn"].get<double>(), r["heldout_en"].get<double>(), r["parallel_bn"].get<double>(),
-                         r["parallel_en"].get<double>(), r["parity_bn_over_en"].get<double>(),
-                         r["encode_mb_per_s_1_thread"].get<double>(), r["train_seconds"].get<double>());
+    s += absl::StrFormat("%7d %s %s %s %s %s %8.2f %8.0f\n", r["vocab_size"].get<int64_t>(), cell(r["heldout_bn"], 9),
+                         cell(r["heldout_en"], 9), cell(r["parallel_bn"], 9), cell(r["parallel_en"], 9),
+                         cell(r["parity_bn_over_en"], 7), r["encode_mb_per_s_1_thread"].get<double>(),
+                         r["train_seconds"].get<double>());
   return s;
 }
 

@@ -15,6 +15,7 @@
 #include "tokenizer/model_proto.h"
 #include "tokenizer/normalize.h"
 #include "tokenizer/spm_bridge.h"
+#include "tokenizer/sweep.h"
 #include "tokenizer/tokenizer.h"
 #include "tokenizer/train.h"
 
@@ -168,6 +169,29 @@ TEST_F(PerLanguage, TrainTokenizerWritesTheMergedModel) {
   auto missing = train_tokenizer(*sample_, o, dir, &summary);
   ASSERT_FALSE(missing.ok());
   EXPECT_NE(missing.status().message().find("gives no share to 'en'"), std::string::npos) << missing.status();
+  fs::remove_all(dir);
+}
+
+// The sweep (issue 31.3): one loadable tokenizer folder per size, trained on the same sample, and a
+// row per size in which the larger vocabulary carries more text per token.
+TEST_F(PerLanguage, SweepTrainsOneTokenizerPerSize) {
+  const std::string dir = (fs::temp_directory_path() / ("sweep_test_" + std::to_string(::getpid()))).string();
+  TrainOptions o;
+  o.threads = 2;
+  ReportOptions r;
+  auto rows = sweep_vocab_sizes(*sample_, o, r, {1000, 3000}, dir);
+  ASSERT_TRUE(rows.ok()) << rows.status();
+  ASSERT_EQ(rows->size(), 2u);
+  EXPECT_EQ((*rows)[0]["vocab_size"], 1000);
+  EXPECT_LT((*rows)[0]["heldout_bn"].get<double>(), (*rows)[1]["heldout_bn"].get<double>());
+  for (int v : {1000, 3000}) {
+    auto tok = Tokenizer::load(dir + "/vocab-" + std::to_string(v));
+    ASSERT_TRUE(tok.ok()) << tok.status();
+    EXPECT_EQ(tok->vocab_size(), v);
+  }
+  const std::string table = format_sweep(*rows);
+  EXPECT_NE(table.find("   1000 "), std::string::npos) << table;
+  EXPECT_NE(table.find("        -"), std::string::npos) << table;  // no --parallel: its columns say so
   fs::remove_all(dir);
 }
 
