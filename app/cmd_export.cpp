@@ -30,6 +30,7 @@ void add_export(CLI::App& app, Registry& reg) {
       ->check(CLI::IsMember({"auto", "llama", "t5"}))->capture_default_str();
   sub->add_option("--step", o.step, "checkpoint step (default: latest)");
   sub->add_option("--dtype", o.dtype, "bf16 or fp32 weights")->capture_default_str();
+  sub->add_flag("--force", o.force, "write over an existing output (a non-empty folder, or the .gguf file)");
   sub->footer(
       "Examples:\n"
       "  lmtrain export --run runs/demo --out hf/demo\n"
@@ -39,7 +40,7 @@ void add_export(CLI::App& app, Registry& reg) {
   add_global_flags(sub);
   reg.push_back({sub, [] {
                    if (format == "gguf") {
-                     LM_ASSIGN_OR_RETURN(model::ExportResult r, model::export_gguf({o.run_dir, o.step, o.out, gguf_type, skip_rope_permutation, gguf_tokenizer}));
+                     LM_ASSIGN_OR_RETURN(model::ExportResult r, model::export_gguf({o.run_dir, o.step, o.out, gguf_type, skip_rope_permutation, gguf_tokenizer, o.force}));
                      std::printf("exported step %ld of %s (%s params, %s, %.1f MB) to %s\n", r.step, r.checkpoint.c_str(),
                                  format_count(static_cast<double>(r.params)).c_str(), gguf_type.c_str(),
                                  r.bytes / 1e6, r.out.c_str());

@@ -122,6 +122,14 @@ void add_tokenizer(CLI::App& app, Registry& reg) {
                   "sample, and a table of fertility, parity, speed and embedding parameters per preset")
       ->delimiter(',');
   sub->add_flag("--json", p.json_stdout, "print fertility.json to stdout instead of the table");
+  // Its own examples: without a footer a subcommand's --help ends with lmtrain's global ones.
+  sub->footer(
+      "Examples:\n"
+      "  lmtrain tokenizer --corpus corpus.json --vocab-size 32000 --out tok/\n"
+      "  lmtrain tokenizer --corpus corpus.json --vocab-size 32000 --out tok/ --compare-baseline\n"
+      "  lmtrain tokenizer --corpus corpus.json --vocab-size 8000 --model-type bpe --out tok-bpe/ --force\n"
+      "  lmtrain tokenizer --corpus corpus.json --out tok/ --config recipe.json --json > fertility.json\n"
+      "Then: lmtrain prepare --corpus corpus.json --tokenizer tok/ --out shards/ (docs/tokenizer.md).");
   add_global_flags(sub);
   reg.push_back({sub, [c, sub] { return run_tokenizer(*c, sub); }});
 }

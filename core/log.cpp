@@ -45,8 +45,8 @@ std::string format_count(double v) {
   return absl::StrFormat("%.2f", v);  // slow rates (0.25 steps/s) must not print as 0
 }
 
-Progress::Progress(std::string label, double total, std::string unit)
-    : label_(std::move(label)), total_(total), unit_(std::move(unit)) {
+Progress::Progress(std::string label, double total, std::string unit, double start)
+    : label_(std::move(label)), total_(total), unit_(std::move(unit)), start_done_(start) {
   start_ = last_print_ = std::chrono::steady_clock::now();
 }
 
@@ -67,17 +67,22 @@ void Progress::update(double done, const std::string& extra) {
 
 void Progress::finish(const std::string& extra) { print(total_, extra, true); }
 
-void Progress::print(double done, const std::string& extra, bool final_line) {
-  if (output_options().quiet) return;
-  const double el = elapsed_s();
-  const double rate = el > 0 ? done / el : 0;
-  const double pct = total_ > 0 ? 100.0 * done / total_ : 0;
-  const double eta = rate > 0 ? (total_ - done) / rate : -1;
-  std::string line = absl::StrFormat("%s %5.1f%% %s/%s %s %s %s/s", label_, pct, format_count(done),
-                                     format_count(total_), unit_, format_count(rate), unit_);
+std::string Progress::line(const std::string& label, double done, double total, const std::string& unit,
+                           double start, double el, bool final_line, const std::string& extra) {
+  const double rate = el > 0 ? (done - start) / el : 0;
+  const double pct = total > 0 ? 100.0 * done / total : 0;
+  const double eta = rate > 0 ? (total - done) / rate : -1;
+  std::string line = absl::StrFormat("%s %5.1f%% %s/%s %s %s %s/s", label, pct, format_count(done),
+                                     format_count(total), unit, format_count(rate), unit);
   line += final_line ? absl::StrFormat(" in %s", format_duration(el))
                      : absl::StrFormat(" ETA %s", format_duration(eta));
   if (!extra.empty()) line += " | " + extra;
+  return line;
+}
+
+void Progress::print(double done, const std::string& extra, bool final_line) {
+  if (output_options().quiet) return;
+  const std::string line = Progress::line(label_, done, total_, unit_, start_done_, elapsed_s(), final_line, extra);
   if (output_options().interactive) {
     std::fprintf(stderr, "\r\033[K%s%s", line.c_str(), final_line ? "\n" : "");
     std::fflush(stderr);

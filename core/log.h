@@ -34,10 +34,16 @@ std::string format_duration(double seconds);
 // "12.3k", "4.56M", "1.20B".
 std::string format_count(double value);
 
-// Progress over a known total (bytes, tokens, steps): rate and ETA.
+// Progress over a known total (bytes, tokens, steps): rate and ETA. `start` is what was done
+// before this process began (a resumed run's steps): the rate and ETA count from it, so a resume
+// reports this invocation's speed, not the whole run's steps over this invocation's time.
 class Progress {
  public:
-  Progress(std::string label, double total, std::string unit);
+  Progress(std::string label, double total, std::string unit, double start = 0);
+  // The line for `done` of `total` after `elapsed_s` seconds of this process: percentage, amount,
+  // rate over (done - start), then the ETA (or, final, the time taken) and `extra`.
+  static std::string line(const std::string& label, double done, double total, const std::string& unit, double start,
+                          double elapsed_s, bool final_line, const std::string& extra);
   // Sets the amount done; `extra` is appended to the line (e.g. "loss 3.21").
   void update(double done, const std::string& extra = "");
   void finish(const std::string& extra = "");
@@ -48,6 +54,7 @@ class Progress {
   std::string label_;
   double total_;
   std::string unit_;
+  double start_done_ = 0;
   std::chrono::steady_clock::time_point start_;
   std::chrono::steady_clock::time_point last_print_;
   bool printed_ = false;

@@ -1,5 +1,6 @@
 #include "core/run_folder.h"
 
+#include <algorithm>
 #include <filesystem>
 #include <sstream>
 
@@ -36,8 +37,65 @@ absl::Status RunFolder::check_policy(bool resume, bool force) const {
     return absl::AlreadyExistsError(absl::StrCat(
         dir_, ": a run already exists here (continue it with --resume, or pass --force to start over)"));
   }
-  if (resume && !there) return absl::NotFoundError(dir_ + ": no run to resume (no config.json); start it without --resume");
+  if (resume && !there)
+    return absl::NotFoundError(dir_ + ": no run to resume (no config.json); start it without --resume, or use "
+                                      "--resume auto, which starts it when there is none");
   return absl::OkStatus();
+}
+
+RunFolder::Contents RunFolder::contents() const {
+  Contents c;
+  std::error_code ec;
+  if (!fs::is_directory(dir_, ec)) {
+    if (fs::exists(dir_, ec)) c = {Holds::kOther, {dir_ + " (a file, not a folder)"}};
+    return c;
+  }
+  if (exists()) return {Holds::kRun, {}};
+  for (const auto& e : fs::directory_iterator(dir_, ec)) {
+    const std::string name = e.path().filename().string();
+    // What a start writes before config.json: the tokenizer copy, and config.json's temp file.
+    if ((name == "tokenizer" && e.is_directory()) || name.rfind("config.json.tmp.", 0) == 0) continue;
+    c.other.push_back(name + (e.is_directory() ? "/" : ""));
+  }
+  std::sort(c.other.begin(), c.other.end());
+  if (!c.other.empty()) c.holds = Holds::kOther;
+  return c;
+}
+
+std::vector<int64_t> RunFolder::checkpoint_steps() const {
+  std::vector<int64_t> steps;
+  std::error_code ec;
+  for (const auto& e : fs::directory_iterator(checkpoints(), ec)) {
+    auto step = parse_step_name(e.path().filename().string());
+    if (step.ok() && fs::exists(e.path() / "model.safetensors") && fs::exists(e.path() / "trainer.json"))
+      steps.push_back(*step);
+  }
+  std::sort(steps.begin(), steps.end());
+  return steps;
+}
+
+absl::Status RunFolder::check_step(int64_t step, std::string_view flag) const {
+  if (fs::exists(checkpoint(step))) return absl::OkStatus();
+  const std::vector<int64_t> steps = checkpoint_steps();
+  std::string have = steps.empty() ? "none" : "";
+  for (size_t i = 0; i < steps.size(); ++i) absl::StrAppend(&have, i ? ", " : "", steps[i]);
+  return absl::NotFoundError(absl::StrCat(checkpoint(step), ": no checkpoint at step ", step, "; the run has: ", have,
+                                          " (checkpoint.keep_last keeps the newest; pick one with ", std::string(flag), ")"));
+}
+
+absl::Status RunFolder::check_tokenizer() const {
+  LM_ASSIGN_OR_RETURN(Json cfg, read_json_file(config()));
+  if (!cfg.is_object() || !cfg.contains("tokenizer_hash") || !cfg["tokenizer_hash"].is_string() ||
+      cfg["tokenizer_hash"].get<std::string>().empty())
+    return absl::OkStatus();
+  const std::string spm = path("tokenizer/spm.model");
+  LM_ASSIGN_OR_RETURN(std::string bytes, read_file(spm));
+  const std::string want = cfg["tokenizer_hash"].get<std::string>(), have = hex64(fnv1a64(bytes.data(), bytes.size()));
+  if (have == want) return absl::OkStatus();
+  return absl::FailedPreconditionError(absl::StrCat(
+      spm, ": tokenizer hash ", have, " but ", config(), " records ", want,
+      " (the run was trained with another tokenizer; copy that one back into ", tokenizer(),
+      "/, or use the run folder as 'lmtrain fit' wrote it)"));
 }
 
 absl::Status RunFolder::open(bool resume, bool force) const {

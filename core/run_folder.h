@@ -49,6 +49,29 @@ class RunFolder {
   // Never overwrite a run by accident: an existing run needs `resume` or `force`; `resume` needs
   // a run. Errors name the folder and the flag to use.
   absl::Status check_policy(bool resume, bool force) const;
+
+  // What the folder holds, for `fit --resume auto` (start when there is no run yet, continue when
+  // there is, refuse anything else). A start writes the tokenizer copy, then config.json
+  // (atomically: a temp file renamed), so a folder killed before config.json was renamed holds
+  // at most tokenizer/ and config.json.tmp.* and is "no run yet".
+  enum class Holds { kNothing, kRun, kOther };
+  struct Contents {
+    Holds holds = Holds::kNothing;
+    std::vector<std::string> other;  // kOther: the entries that are no part of a run's start
+  };
+  Contents contents() const;
+
+  // Checkpoint steps present (complete: model.safetensors and trainer.json there), ascending.
+  std::vector<int64_t> checkpoint_steps() const;
+  // NotFound when checkpoints/step-N is not there, listing the steps that are (keep_last prunes
+  // older ones); `flag` is what picks another ("--step").
+  absl::Status check_step(int64_t step, std::string_view flag) const;
+
+  // The tokenizer copy (tokenizer/spm.model) is the one config.json records (tokenizer_hash, the
+  // fnv1a64 of spm.model = tokenizer::model_hash): another tokenizer copied in would turn every
+  // text the model reads or writes into garbage. FailedPrecondition naming both hashes and files;
+  // ok when config.json records none (or an empty one).
+  absl::Status check_tokenizer() const;
   // check_policy, then creates the folder; `force` without `resume` first removes the old
   // checkpoints, `latest`, metrics.jsonl and tensorboard/.
   absl::Status open(bool resume, bool force) const;

@@ -35,6 +35,7 @@ absl::StatusOr<LoadedRun> load_run(const std::string& run_dir, int64_t step) {
   }
 
   std::string name = RunFolder::step_name(step);
+  if (step >= 0) LM_RETURN_IF_ERROR(folder.check_step(step, "--step"));
   if (step < 0) {
     auto latest = folder.latest_name();
     if (!latest.ok())
@@ -54,6 +55,7 @@ absl::StatusOr<LoadedRun> load_run(const std::string& run_dir, int64_t step) {
   LM_RETURN_IF_ERROR(model::load_module_state(*run.model, file, weights, /*allow_dtype_cast=*/true));
   run.model->eval();
 
+  LM_RETURN_IF_ERROR(folder.check_tokenizer());  // the copy is the one the run trained with
   LM_ASSIGN_OR_RETURN(run.tokenizer, tokenizer::Tokenizer::load(folder.tokenizer()));
   if (run.tokenizer.vocab_size() > run.config.vocab_size)
     return absl::FailedPreconditionError(absl::StrCat(

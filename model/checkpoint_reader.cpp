@@ -1,8 +1,11 @@
 #include "model/checkpoint_reader.h"
 
+#include <algorithm>
 #include <filesystem>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "core/file.h"
 #include "core/run_folder.h"
 #include "model/safetensors.h"
@@ -21,6 +24,7 @@ absl::StatusOr<std::string> find_checkpoint(const std::string& run_dir, int64_t 
   if (step < 0) {
     LM_ASSIGN_OR_RETURN(dir, latest_checkpoint(run_dir));
   } else {
+    LM_RETURN_IF_ERROR(RunFolder(run_dir).check_step(step, "--step"));
     dir = RunFolder(run_dir).checkpoint(step);
   }
   for (const char* f : {"model.safetensors", "optimizer.safetensors", "trainer.json"}) {
@@ -53,11 +57,32 @@ absl::StatusOr<TrainedModel> load_trained_model(const std::string& run_dir, int6
   if (!t.run_config.contains("model"))
     return absl::DataLossError(run.config() + ": field 'model' is missing (not a run folder written by 'lmtrain fit'?)");
   LM_RETURN_IF_ERROR(from_json(t.run_config["model"], t.config, "model"));
+  LM_RETURN_IF_ERROR(run.check_tokenizer());  // what sample prints and an export ships with the weights
   LM_ASSIGN_OR_RETURN(t.checkpoint, find_checkpoint(run_dir, step));
   LM_ASSIGN_OR_RETURN(t.trainer, read_trainer_state(t.checkpoint));
   t.model = Transformer(t.config);
   LM_RETURN_IF_ERROR(load_model(t.checkpoint, t.model));
   return t;
+}
+
+absl::Status check_export_target(const std::string& out, bool folder, bool force) {
+  std::error_code ec;
+  if (force || !fs::exists(out, ec)) return absl::OkStatus();
+  if (folder && fs::is_directory(out, ec)) {
+    std::vector<std::string> names;
+    for (const auto& e : fs::directory_iterator(out, ec)) names.push_back(e.path().filename().string());
+    if (names.empty()) return absl::OkStatus();
+    std::sort(names.begin(), names.end());
+    const size_t n = names.size();
+    if (n > 5) names.resize(5);
+    return absl::AlreadyExistsError(absl::StrCat(out, ": not empty (holds ", absl::StrJoin(names, ", "),
+                                                 n > 5 ? absl::StrCat(" and ", n - 5, " more") : "",
+                                                 "); pass --force to write over it, or pick another --out"));
+  }
+  const std::string what = fs::is_directory(out, ec) ? "a folder"
+                                                     : absl::StrCat("a file of ", fs::file_size(out, ec), " bytes");
+  return absl::AlreadyExistsError(
+      absl::StrCat(out, ": already exists (", what, "); pass --force to write over it, or pick another --out"));
 }
 
 }  // namespace lm::model

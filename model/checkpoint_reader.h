@@ -30,6 +30,11 @@ struct TrainedModel {
   Json trainer;
   Transformer model{nullptr};
 };
+// Also checks the run's tokenizer copy against config.json (RunFolder::check_tokenizer).
 absl::StatusOr<TrainedModel> load_trained_model(const std::string& run_dir, int64_t step);
+
+// An export never writes over something by accident: an existing file, or (`folder`) a non-empty
+// folder, is AlreadyExists saying what is there, unless `force`. An empty folder is fine.
+absl::Status check_export_target(const std::string& out, bool folder, bool force);
 
 }  // namespace lm::model

@@ -68,7 +68,9 @@ struct PresetTraining {
   double weight_decay = 0.1;
   int64_t eval_interval = 100;
   int64_t checkpoint_interval = 100;  // steps; 0 = off
-  double checkpoint_minutes = 0;      // wall clock; 0 = off
+  // Wall clock; 0 = off. Every preset checkpoints by time: a loaded CPU can take minutes for the
+  // 100 steps above, and a kill then lost all of them (issue 30 item 9).
+  double checkpoint_minutes = 5;
   const char* source = "";            // the anchor the numbers follow
 };
 // The row of `name`; presets of a --model-config ("custom") get the CPU demo's row.

@@ -254,6 +254,7 @@ absl::StatusOr<ExportResult> export_gguf(const GgufExportOptions& opt) {
   if (opt.run_dir.empty() || opt.out.empty()) return absl::InvalidArgumentError("export needs --run and --out");
   LM_ASSIGN_OR_RETURN(model::GgmlType wtype, weight_type(opt.type));
   const fs::path run(opt.run_dir);
+  LM_RETURN_IF_ERROR(check_export_target(opt.out, /*folder=*/false, opt.force));
   LM_ASSIGN_OR_RETURN(TrainedModel tm, load_trained_model(opt.run_dir, opt.step));
   const model::ModelConfig& mc = tm.config;
   const std::string& ckpt = tm.checkpoint;

@@ -35,6 +35,7 @@ struct GgufExportOptions {
   // score), "t5" (its Unigram tokenizer: Viterbi, with spm.model's compiled normalization rules as
   // precompiled_charsmap), or "auto": t5 for a unigram spm.model (lmforge's default), llama for BPE.
   std::string tokenizer_model = "auto";
+  bool force = false;  // write over an existing `out`
 };
 
 // What a SentencePiece ModelProto says about its vocabulary (sentencepiece_model.proto).

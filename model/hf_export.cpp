@@ -261,6 +261,7 @@ absl::StatusOr<ExportResult> export_hf(const ExportOptions& opt) {
     return absl::InvalidArgumentError("--dtype: expected bf16 or fp32, got '" + opt.dtype + "'");
   const RunFolder run(opt.run_dir);
   const fs::path out(opt.out);
+  LM_RETURN_IF_ERROR(check_export_target(opt.out, /*folder=*/true, opt.force));
   LM_ASSIGN_OR_RETURN(TrainedModel tm, load_trained_model(opt.run_dir, opt.step));
   const Json& run_cfg = tm.run_config;
   const model::ModelConfig& mc = tm.config;

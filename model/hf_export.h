@@ -24,6 +24,7 @@ struct ExportOptions {
   int64_t step = -1;          // -1: the checkpoint `latest` points to
   std::string out;
   std::string dtype = "bf16"; // bf16 | fp32
+  bool force = false;         // write over a non-empty `out`
 };
 
 struct ExportResult {

@@ -84,7 +84,8 @@ void set_batch_and_fit_args(const PlanRequest& req, const model::PresetTraining&
   }
   p.step_tokens = per_micro * p.grad_accum;
   auto& a = p.fit_args;
-  a = {"--data", "/data/shards", "--preset", req.model.preset, "--out", "/runs/" + req.model.preset};
+  // --resume auto: the same command starts the run and continues it after a preemption.
+  a = {"--data", "/data/shards", "--preset", req.model.preset, "--out", "/runs/" + req.model.preset, "--resume", "auto"};
   if (req.tokens != d.tokens) a.insert(a.end(), {"--tokens", number(req.tokens)});
   if (p.seq_len != d.seq_len) a.insert(a.end(), {"--seq-len", std::to_string(p.seq_len)});
   if (p.micro_batch != d.micro_batch) a.insert(a.end(), {"--micro-batch", std::to_string(p.micro_batch)});

@@ -122,10 +122,15 @@ std::string FitSummary::summary() const {
   if (steps == start_step && losses.empty())
     return absl::StrFormat("nothing to train: the run is at step %d of its %d steps (extend it with --steps or --tokens)%s",
                            steps, steps, checkpoint.empty() ? "" : "\n  checkpoint: " + checkpoint);
-  std::string s = absl::StrFormat(
-      "trained %d steps (%s tokens) in %s: %.0f tok/s, MFU %s, final train loss %.4f nats/token",
-      steps, format_count(static_cast<double>(tokens)), format_duration(seconds), tokens_per_s,
-      mfu > 0 ? absl::StrFormat("%.1f%%", 100 * mfu) : std::string("n/a"), final_loss);
+  // After a resume the time is this invocation's: say which steps it trained, not the run's total.
+  const std::string tok = format_count(static_cast<double>(tokens));
+  const std::string what =
+      start_step == 0 ? absl::StrFormat("%d steps (%s tokens)", steps, tok)
+                      : absl::StrFormat("steps %d-%d (%d this start; %d steps, %s tokens in the run)", start_step + 1,
+                                        steps, steps - start_step, steps, tok);
+  std::string s = absl::StrFormat("trained %s in %s: %.0f tok/s, MFU %s, final train loss %.4f nats/token", what,
+                                  format_duration(seconds), tokens_per_s,
+                                  mfu > 0 ? absl::StrFormat("%.1f%%", 100 * mfu) : std::string("n/a"), final_loss);
   for (const auto& [lang, v] : val_loss) s += absl::StrFormat("\n  val loss %s: %.4f nats/token", lang, v);
   if (comm_wait_s > 0)
     s += absl::StrFormat("\n  gradient all-reduce wait: %.2f s of %.2f s step time (%.1f%%)", comm_wait_s, step_s,
@@ -366,7 +371,8 @@ absl::Status Trainer::open_metrics() {
 // ---- The loop ----------------------------------------------------------------------------------
 
 absl::StatusOr<FitSummary> Trainer::train() {
-  progress_ = std::make_unique<Progress>("train", static_cast<double>(tc_.steps), "steps");
+  // Rate and ETA from this invocation's start: a resume's earlier steps took no time here.
+  progress_ = std::make_unique<Progress>("train", static_cast<double>(tc_.steps), "steps", static_cast<double>(step_));
   t_start_ = t_log_ = last_checkpoint_ = Clock::now();
   tokens_at_log_ = tokens_;
   while (step_ < tc_.steps) {

@@ -141,6 +141,15 @@ TEST(Log, ProgressLineHasLabelPercentAndRate) {
   EXPECT_NE(out.find("| loss 3.21"), std::string::npos) << out;
 }
 
+// Issue 30 item 10: after a resume at step 40 of 60, 10 steps in 100 s are 0.10 steps/s and 1m40s
+// to go (the whole run's 50 steps over this invocation's 100 s said 0.50 steps/s and 20s).
+TEST(Log, ProgressRateAndEtaCountFromThisInvocationsStart) {
+  const std::string mid = lm::Progress::line("train", 50, 60, "steps", 40, 100, false, "");
+  EXPECT_NE(mid.find("50/60 steps 0.10 steps/s ETA 1m40s"), std::string::npos) << mid;
+  const std::string fresh = lm::Progress::line("train", 50, 60, "steps", 0, 100, false, "");
+  EXPECT_NE(fresh.find("50/60 steps 0.50 steps/s ETA 20s"), std::string::npos) << fresh;
+}
+
 TEST(File, AtomicWriteReplacesAndLeavesNoTemp) {
   auto dir = std::filesystem::temp_directory_path() / ("lm_core_test_" + std::to_string(getpid()));
   std::filesystem::create_directories(dir);

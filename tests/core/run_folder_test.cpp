@@ -72,5 +72,61 @@ TEST(RunFolderLayout, MetricsReaderStopsAtATornLine) {
   fs::remove_all(dir.parent_path());
 }
 
+// fit --resume auto's view of a folder (issue 30 item 1): none or what a start leaves before its
+// config.json (the tokenizer copy, config.json's temp file) is no run yet; config.json is a run;
+// anything else is refused by name.
+TEST(RunFolderLayout, ContentsTellNoRunYetFromARunFromSomethingElse) {
+  const fs::path dir = fresh("contents");
+  const RunFolder r(dir.string());
+  EXPECT_EQ(r.contents().holds, RunFolder::Holds::kNothing);  // no folder
+  fs::create_directories(dir);
+  EXPECT_EQ(r.contents().holds, RunFolder::Holds::kNothing);  // empty
+  fs::create_directories(r.tokenizer());
+  ASSERT_TRUE(write_file_atomic(r.tokenizer() + "/spm.model", "x").ok());
+  ASSERT_TRUE(write_file_atomic(r.config() + ".tmp.123", "{\"mod").ok());  // killed mid-write
+  EXPECT_EQ(r.contents().holds, RunFolder::Holds::kNothing);
+  ASSERT_TRUE(write_file_atomic((dir / "notes.txt").string(), "mine").ok());
+  fs::create_directories(dir / "shards");
+  const RunFolder::Contents other = r.contents();
+  EXPECT_EQ(other.holds, RunFolder::Holds::kOther);
+  EXPECT_EQ(other.other, (std::vector<std::string>{"notes.txt", "shards/"}));
+  ASSERT_TRUE(write_file_atomic(r.config(), "{}").ok());
+  EXPECT_EQ(r.contents().holds, RunFolder::Holds::kRun);
+  const fs::path file = fresh("a_file");
+  ASSERT_TRUE(write_file_atomic(file.string(), "x").ok());
+  EXPECT_EQ(RunFolder(file.string()).contents().holds, RunFolder::Holds::kOther);
+  fs::remove_all(dir.parent_path());
+}
+
+// Complete checkpoints only (export --step lists them), and the tokenizer copy against the hash
+// config.json records (issue 30 items 12, 13).
+TEST(RunFolderLayout, CheckpointStepsAndTokenizerHash) {
+  const fs::path dir = fresh("steps");
+  const RunFolder r(dir.string());
+  EXPECT_TRUE(r.checkpoint_steps().empty());
+  for (int64_t step : {20, 5, 10}) {
+    fs::create_directories(r.checkpoint(step));
+    ASSERT_TRUE(write_file_atomic(r.checkpoint(step) + "/model.safetensors", "w").ok());
+    ASSERT_TRUE(write_file_atomic(r.checkpoint(step) + "/trainer.json", "{}").ok());
+  }
+  fs::remove(r.checkpoint(10) + "/trainer.json");  // incomplete
+  fs::create_directories(r.checkpoints() + "/step-00000030.tmp");
+  EXPECT_EQ(r.checkpoint_steps(), (std::vector<int64_t>{5, 20}));
+
+  fs::create_directories(r.tokenizer());
+  ASSERT_TRUE(write_file_atomic(r.tokenizer() + "/spm.model", "model bytes").ok());
+  const std::string hash = hex64(fnv1a64("model bytes", 11));
+  ASSERT_TRUE(write_file_atomic(r.config(), "{\"tokenizer_hash\": \"" + hash + "\"}").ok());
+  EXPECT_TRUE(r.check_tokenizer().ok()) << r.check_tokenizer();
+  ASSERT_TRUE(write_file_atomic(r.tokenizer() + "/spm.model", "other bytes").ok());
+  const absl::Status st = r.check_tokenizer();
+  EXPECT_EQ(st.code(), absl::StatusCode::kFailedPrecondition) << st;
+  EXPECT_NE(st.message().find(hash), std::string::npos) << st;
+  EXPECT_NE(st.message().find(hex64(fnv1a64("other bytes", 11))), std::string::npos) << st;
+  EXPECT_NE(st.message().find("spm.model"), std::string::npos) << st;
+  EXPECT_NE(st.message().find("config.json"), std::string::npos) << st;
+  fs::remove_all(dir.parent_path());
+}
+
 }  // namespace
 }  // namespace lm

@@ -120,7 +120,7 @@ def main():
         json.dump(cfg, open(os.path.join(wide, "config.json"), "w"), indent=1)
         run_dir = wide
     export = os.path.join(out, "hf")
-    run([a.lmtrain, "export", "--run", run_dir, "--out", export, "--dtype", "fp32", "-q"], stdout=subprocess.DEVNULL)
+    run([a.lmtrain, "export", "--run", run_dir, "--out", export, "--dtype", "fp32", "--force", "-q"], stdout=subprocess.DEVNULL)
     samples = os.path.join(out, "mc_samples.jsonl")
     run([a.lmeval, "mc", "--run", run_dir, "--data-dir", bench, "--tasks", ",".join(tasks), "--limit", str(a.limit),
          "--log-samples", samples, "--out", os.path.join(out, "mc.json"), "-q"]

@@ -74,7 +74,8 @@ void make_run(const fs::path& run, model::Transformer& m, int64_t step = 7) {
   FitRequest req;
   req.run_dir = run.string();
   req.model = m->config();
-  req.tokenizer_hash = "tok-test";
+  const std::string spm = "placeholder spm bytes";  // write_tokenizer's spm.model: config.json records its hash
+  req.tokenizer_hash = hex64(fnv1a64(spm.data(), spm.size()));
   ASSERT_TRUE(write_json_file((run / "config.json").string(), run_config_json(req)).ok());
   std::vector<std::pair<std::string, torch::Tensor>> params;
   for (auto& p : m->named_parameters()) params.emplace_back(p.key(), p.value());

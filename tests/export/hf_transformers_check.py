@@ -191,7 +191,7 @@ def check_run(a):
     hf = {}
     for dt in ("fp32", "bf16"):
         hf[dt] = os.path.join(out, "hf_" + dt)
-        subprocess.run([a.lmtrain, "export", "--run", run, "--out", hf[dt], "--dtype", dt, "-q"], check=True,
+        subprocess.run([a.lmtrain, "export", "--run", run, "--out", hf[dt], "--dtype", dt, "--force", "-q"], check=True,
                        stdout=subprocess.DEVNULL)
     if a.perturb:  # one exported weight changed by 1e-2: the check must go red
         from safetensors.torch import load_file, save_file

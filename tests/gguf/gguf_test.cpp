@@ -399,7 +399,10 @@ TEST(GgufExport, ExportsARunFolder) {
   LM_ASSERT_OK(meta.status());
   meta->erase("framing");
   LM_ASSERT_OK(write_json_file((run / "tokenizer/tokenizer.json").string(), *meta));
-  LM_ASSERT_OK(model::export_gguf({run.string(), -1, out32, "f32"}).status());
+  auto again = model::export_gguf({run.string(), -1, out32, "f32"});  // the file is there: refused, named
+  EXPECT_EQ(again.status().code(), absl::StatusCode::kAlreadyExists) << again.status();
+  EXPECT_NE(again.status().message().find("--force"), std::string::npos) << again.status();
+  LM_ASSERT_OK(model::export_gguf({run.string(), -1, out32, "f32", false, "auto", /*force=*/true}).status());
   auto b_old = read_file(out32);
   LM_ASSERT_OK(b_old.status());
   EXPECT_EQ(parse(*b_old).kv["tokenizer.ggml.add_bos_token"].second, "0");
@@ -407,7 +410,7 @@ TEST(GgufExport, ExportsARunFolder) {
   auto bad_type = model::export_gguf({run.string(), -1, out, "q4_0"});
   EXPECT_EQ(bad_type.status().code(), absl::StatusCode::kInvalidArgument);
   ASSERT_TRUE(write_file_atomic((run / "tokenizer/spm.model").string(), "placeholder spm bytes").ok());
-  auto bad_spm = model::export_gguf({run.string(), -1, out, "f16"});
+  auto bad_spm = model::export_gguf({run.string(), -1, out, "f16", false, "auto", /*force=*/true});
   EXPECT_EQ(bad_spm.status().code(), absl::StatusCode::kDataLoss);
   EXPECT_NE(bad_spm.status().message().find("tokenizer/spm.model"), std::string::npos) << bad_spm.status();
   EXPECT_NE(bad_spm.status().message().find("re-run"), std::string::npos) << bad_spm.status();

@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
-# Kill soak: train the tiny preset, kill -9 it at random moments (also during checkpoint
-# writes: every 7 steps and every 0.18 s of wall clock, in rank 0's background writer) KILLS
-# times, resume each time, and require the final weights and the loss sequence to be
-# bit-identical to an uninterrupted run. Then SIGTERM: the run must finish its step,
-# checkpoint and exit 143 within a bounded time.
+# Kill soak: the restart loop of a preemptible machine. One command, `lmtrain fit ... --resume
+# auto`, is started again after every kill -9: first at t = 0 (before the run folder exists),
+# as soon as the tokenizer copy appears (before or while config.json is written), as soon as the
+# first checkpoint's folder appears; then KILLS times at random moments (also during checkpoint
+# writes: every 7 steps and every 0.18 s of wall clock, in rank 0's background writer). The final
+# weights, optimizer state and loss sequence must be bit-identical to an uninterrupted run.
+# Then SIGTERM: the run must finish its step, checkpoint and exit 143 within a bounded time.
 #   tests/soak/kill_soak.sh BUILD_DIR [KILLS=20] [STEPS=300]
 set -euo pipefail
 BUILD=${1:?build dir}; KILLS=${2:-20}; STEPS=${3:-300}
@@ -29,11 +31,25 @@ ref_s=$(awk -v a=$t0 -v b=$(date +%s.%N) 'BEGIN{printf "%.3f", b-a}')
 # so that on a fast machine too all KILLS land before the run can finish (a soak that kills less
 # than asked is refused below, not passed).
 window=$(awk -v r=$ref_s -v k=$KILLS 'BEGIN{w=r/(2*k); if (w>1.5) w=1.5; if (w<0.05) w=0.05; printf "%.3f", w}')
-kills=0; startup_kills=0; attempts=0
-"${FIT[@]}" --out "$W/soak" --stop-at-step 1 >/dev/null   # creates the run folder
+AUTO=("${FIT[@]}" --out "$W/soak" --resume auto)
+# The first moments of a run, each killed once: what the folder held at the kill is reported.
+# until_there PATH PID: waits (2 ms polls) until PATH exists or the process ended.
+until_there() { while [ ! -e "$1" ] && kill -0 "$2" 2>/dev/null; do sleep 0.002; done; }
+early=()
+"${AUTO[@]}" >/dev/null 2>&1 & pid=$!
+sleep 0.02; kill -9 "$pid" 2>/dev/null || true; wait "$pid" 2>/dev/null || true
+early+=("t=0: run folder $([ -e "$W/soak" ] && echo there || echo absent)")
+"${AUTO[@]}" >/dev/null 2>&1 & pid=$!
+until_there "$W/soak/tokenizer/tokenizer.json" "$pid"; kill -9 "$pid" 2>/dev/null || true; wait "$pid" 2>/dev/null || true
+tmp=$(ls "$W/soak" | grep -c '^config.json.tmp' || true)
+early+=("tokenizer copied: config.json $([ -e "$W/soak/config.json" ] && echo written || echo "absent ($tmp temp file(s))")")
+"${AUTO[@]}" >/dev/null 2>&1 & pid=$!
+until_there "$W/soak/checkpoints" "$pid"; kill -9 "$pid" 2>/dev/null || true; wait "$pid" 2>/dev/null || true
+early+=("first checkpoint: latest $([ -e "$W/soak/latest" ] && echo "written ($(cat "$W/soak/latest"))" || echo absent)")
+kills=0; startup_kills=0; attempts=3
 while :; do
   logged=$(wc -l < "$W/soak/metrics.jsonl" 2>/dev/null || echo 0)
-  "${FIT[@]}" --out "$W/soak" --resume >/dev/null 2>&1 &
+  "${AUTO[@]}" >/dev/null 2>&1 &
   pid=$!
   if [ "$kills" -lt "$KILLS" ]; then
     # Every third kill lands in start-up (checks, resume); the others once this start has trained
@@ -71,7 +87,8 @@ extract() { python3 -c 'import json,sys
 for l in open(sys.argv[1]):
     d=json.loads(l); print(d["step"], d["loss"].hex())' "$1"; }
 diff <(extract "$W/ref/metrics.jsonl") <(extract "$W/soak/metrics.jsonl") >/dev/null || { echo "soak: loss sequences differ"; exit 1; }
-echo "soak: $kills kills (kill -9 at random moments: $startup_kills in start-up, the others within ${window} s of training; uninterrupted run ${ref_s} s), $attempts starts: final weights, optimizer state and $STEPS losses bit-identical"
+echo "soak: early kills of 'fit --resume auto': $(IFS=';'; echo "${early[*]}")"
+echo "soak: then $kills kills (kill -9 at random moments: $startup_kills in start-up, the others within ${window} s of training; uninterrupted run ${ref_s} s), $attempts starts of the same command: final weights, optimizer state and $STEPS losses bit-identical"
 
 # SIGTERM: finish the step, checkpoint, exit 143.
 "${FIT[@]}" --out "$W/term" >/dev/null 2>&1 &

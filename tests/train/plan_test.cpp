@@ -192,14 +192,16 @@ namespace {
 TrainConfig resolve_plan_fit_command(const Plan& plan, const model::ModelConfig& m, int world) {
   CLI::App app("fit");
   TrainOverrides flags;
-  std::string data, out, preset;
+  std::string data, out, preset, resume;
   app.add_option("--data", data)->required();
   app.add_option("--out", out)->required();
   app.add_option("--preset", preset)->required();
+  app.add_option("--resume", resume)->expected(0, 1);
   app::add_train_flags(&app, flags);
   std::vector<std::string> args(plan.fit_args.rbegin(), plan.fit_args.rend());  // CLI11 parses a reversed vector
   app.parse(args);
   EXPECT_EQ(preset, m.preset);
+  EXPECT_EQ(resume, "auto") << "the printed command must survive a preemption as it is";
   TrainConfig tc = preset_train_config(preset);
   EXPECT_TRUE(flags.apply(tc).ok());
   resolve_hardware(tc, /*cuda_available=*/true);
@@ -252,10 +254,10 @@ TEST(PresetDefaults, PlanFitCommandResolvesToThePlan) {
     EXPECT_TRUE(tc.hardware.tf32);
     EXPECT_LE(p->micro_batch, std::max<int64_t>(1, p->max_micro_batch)) << "the plan's micro-batch must fit";
     if (c.bare) {
-      EXPECT_EQ(p->fit_args.size(), 6u) << fit_command(*p, req);
+      EXPECT_EQ(p->fit_args.size(), 8u) << fit_command(*p, req);
       EXPECT_EQ(p->step_tokens, d.batch_tokens);
     } else {
-      EXPECT_GT(p->fit_args.size(), 6u) << fit_command(*p, req);
+      EXPECT_GT(p->fit_args.size(), 8u) << fit_command(*p, req);
     }
     const std::string docker = docker_command(*p, req);
     EXPECT_NE(docker.find("--gpus all --ipc=host"), std::string::npos) << docker;

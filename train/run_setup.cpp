@@ -1,0 +1,329 @@
+#include "train/run_setup.h"
+
+#include <filesystem>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "core/config.h"
+#include "core/file.h"
+#include "core/log.h"
+#include "core/run_folder.h"
+#include "data/sampler.h"
+#include "train/device.h"
+#include "train/resume.h"
+
+namespace lm::train {
+namespace fs = std::filesystem;
+
+absl::StatusOr<ResumeMode> parse_resume_mode(const std::string& text) {
+  if (text.empty() || text == "no") return ResumeMode::kNo;
+  if (text == "yes") return ResumeMode::kYes;
+  if (text == "auto") return ResumeMode::kAuto;
+  return absl::InvalidArgumentError("--resume: expected no value (continue the run) or 'auto' (continue it when "
+                                    "there is one, else start it), got '" + text + "'");
+}
+
+namespace {
+
+// The --config file: {"model": {...}, "train": {"batch": {...}, "optimizer": {...}, ...}}, both
+// optional, strict (train/config.h has the sections).
+struct RunFile {
+  model::ModelConfig model;
+  TrainConfig train;
+  template <class V>
+  void visit(V& v) {
+    v("model", model);
+    v("train", train);
+  }
+};
+
+// ---- 1. The run folder and the resume mode ---------------------------------------------------
+
+// Whether this invocation continues a run. Every rank decides before the process group connects
+// (a rendezvous of all ranks), and rank 0 writes the folder only after it: all ranks see the
+// same folder.
+absl::StatusOr<bool> decide_resume(const FitOptions& o, const RunFolder& run) {
+  if (o.resume != ResumeMode::kAuto) {
+    LM_RETURN_IF_ERROR(run.check_policy(o.resume == ResumeMode::kYes, o.force));
+    return o.resume == ResumeMode::kYes;
+  }
+  if (o.force)
+    return absl::InvalidArgumentError("--resume auto continues a run and --force starts it over: pass one");
+  const RunFolder::Contents c = run.contents();
+  if (c.holds == RunFolder::Holds::kOther)
+    return absl::FailedPreconditionError(absl::StrCat(
+        run.dir(), ": not a run folder and not empty (holds ", absl::StrJoin(c.other, ", "),
+        "; no config.json); --resume auto starts a run only in a new or empty folder: pick another --out"));
+  if (c.holds == RunFolder::Holds::kNothing) log_info("%s: no run there yet; starting it (--resume auto)", run.dir());
+  return c.holds == RunFolder::Holds::kRun;
+}
+
+// The run's config.json, the base a resume starts from.
+struct ResumeBase {
+  RunFile rf;
+  Json data = Json::object();  // "data": shards, tokenizer, shards_id (and earlier_shards)
+  std::string path;
+};
+
+absl::StatusOr<ResumeBase> read_resume_base(const RunFolder& run) {
+  ResumeBase b;
+  b.path = run.config();
+  LM_ASSIGN_OR_RETURN(Json j, read_json_file(b.path));
+  if (!j.contains("model") || !j.contains("train"))
+    return absl::DataLossError(b.path + ": no \"model\" or \"train\" section (not written by 'lmtrain fit'?)");
+  LM_RETURN_IF_ERROR(annotate(from_json(j["model"], b.rf.model, "model"), b.path));
+  LM_RETURN_IF_ERROR(annotate(from_json(j["train"], b.rf.train, "train"), b.path));
+  if (j.contains("data") && j["data"].is_object()) b.data = j["data"];
+  return b;
+}
+
+// ---- 2. The config ------------------------------------------------------------------------------
+
+absl::Status apply_flags(const FitOptions& o, TrainConfig& tc) {
+  LM_RETURN_IF_ERROR(o.flags.apply(tc));
+  if (o.threads > 0) tc.hardware.threads = o.threads;
+  if (o.ddp_post_backward) tc.distributed.overlap = false;
+  return absl::OkStatus();
+}
+
+// What this invocation asks for: a new run starts from the preset's shape and training defaults,
+// a resume from the run's config.json; then --preset (shape only on a resume), --config and the
+// flags over it. A resume's stop_at_step is this invocation's only.
+absl::StatusOr<RunFile> requested_config(const FitOptions& o, const ResumeBase* base) {
+  RunFile rf;
+  if (base != nullptr) {
+    rf = base->rf;
+    rf.train.stop_at_step = -1;
+  } else {
+    rf.train = preset_train_config(o.preset.value_or("small"));
+  }
+  if (base == nullptr || o.preset) {
+    const int64_t vocab = rf.model.vocab_size;
+    LM_ASSIGN_OR_RETURN(rf.model, model::preset(o.preset.value_or("small")));
+    if (base != nullptr) rf.model.vocab_size = vocab;  // the run's tokenizer decides it, as at its start
+  }
+  if (!o.config.empty()) {
+    LM_RETURN_IF_ERROR(load_config_file(o.config, rf));
+    LM_ASSIGN_OR_RETURN(Json file, read_json_file(o.config));
+    if (file.contains("train")) clear_shadowed(file["train"], rf.train);
+  }
+  LM_RETURN_IF_ERROR(apply_flags(o, rf.train));
+  return rf;
+}
+
+// Which flag (or file) set a field this time, for the refusal message.
+SourceOf source_of(const FitOptions& o) {
+  return [&o](const std::string& field) -> std::string {
+    std::vector<std::string> by;
+    if (const std::string flag = o.flags.source_of(field); !flag.empty()) by.push_back(flag);
+    if (field.rfind("model.", 0) == 0 && o.preset) by.push_back("--preset " + *o.preset);
+    if (!o.config.empty()) by.push_back("--config " + o.config);
+    return absl::StrJoin(by, " or ");
+  };
+}
+
+// The step of the latest checkpoint; 0 when the run was killed before its first one.
+absl::StatusOr<int64_t> done_step(const RunFolder& run) {
+  auto name = run.latest_name();
+  if (absl::IsNotFound(name.status())) return 0;
+  LM_RETURN_IF_ERROR(name.status());
+  auto step = RunFolder::parse_step_name(*name);
+  if (!step.ok()) return annotate(step.status(), run.latest());
+  return *step;
+}
+
+// Compares the request with the run's config (plan_resume) and logs what re-planning did.
+absl::Status plan_the_resume(const FitOptions& o, const RunFolder& run, const ResumeBase& base, RunSetup& s) {
+  LM_ASSIGN_OR_RETURN(s.done_step, done_step(run));
+  auto plan = plan_resume(base.rf.model, base.rf.train, s.req.model, s.req.train, s.done_step, s.req.world_size,
+                          source_of(o));
+  if (!plan.ok()) return annotate(plan.status(), run.dir());
+  for (const auto& note : plan->notes) log_info("%s", note);
+  s.req.train = plan->train;
+  s.finished = plan->finished;
+  return absl::OkStatus();
+}
+
+// ---- 3. Device and ranks ------------------------------------------------------------------------
+
+// Auto device/dtype resolved and said in the first lines (TF32 set process-wide), this rank's GPU
+// (cuda:LOCAL_RANK) made current before any other CUDA call, then the process group when
+// launched as several ranks (NCCL for cuda when LibTorch has it, Gloo for cpu).
+absl::StatusOr<std::unique_ptr<Comm>> set_up_device(const FitOptions& o, const DistEnv& env, TrainConfig& tc) {
+  const std::string hardware = resolve_hardware(tc, torch::cuda::is_available());
+  if (tc.hardware.device == "cuda") set_tf32(tc.hardware.tf32);
+  if (env.rank == 0) log_info("%s", hardware);
+  LM_ASSIGN_OR_RETURN(const torch::Device dev,
+                      rank_device(env, tc.hardware.device == "cuda" ? torch::kCUDA : torch::kCPU));
+  std::unique_ptr<Comm> comm;
+  if (env.active()) {
+    LM_ASSIGN_OR_RETURN(comm, Comm::connect(env, dev, std::chrono::seconds(o.dist_timeout_s)));
+    if (env.rank != 0) init_output(/*quiet=*/true);  // only rank 0 talks to people
+  }
+  return comm;
+}
+
+// ---- 4. Shards, tokenizer and the data of a resume -------------------------------------------
+
+// The identity of a shards folder wherever it lies: its shard list and tokenizer.
+std::string shards_id(const data::ShardSet& set) {
+  const std::string key = data::manifest_to_json(set.manifest())["shards"].dump() + set.tokenizer_hash();
+  return hex64(fnv1a64(key.data(), key.size()));
+}
+
+// The tokenizer the shards were made with: --tokenizer, else on a resume the run's own copy,
+// else the one recorded by prepare. A resume checks the run's copy against config.json first.
+absl::StatusOr<std::string> tokenizer_dir(const FitOptions& o, const RunFolder& run, bool resuming,
+                                          const data::ShardSet& set) {
+  if (resuming) LM_RETURN_IF_ERROR(run.check_tokenizer());
+  if (!o.tokenizer.empty()) return o.tokenizer;
+  return resuming ? run.tokenizer() : set.tokenizer_path();
+}
+
+// A resume trains on the run's own shards (found by content, so a moved folder is fine) unless
+// --allow-new-data names continued pretraining; config.json then records the earlier shards.
+absl::Status check_resume_data(const FitOptions& o, const ResumeBase& base, FitRequest& req) {
+  Json data = base.data;
+  const std::string now_id = req.data_info["shards_id"];
+  const bool same = data.contains("shards_id")
+                        ? data["shards_id"] == now_id
+                        : fs::weakly_canonical(data.value("shards", "")) ==
+                              fs::weakly_canonical(req.data_info["shards"].get<std::string>());
+  if (!same && !o.allow_new_data)
+    return absl::FailedPreconditionError(absl::StrCat(
+        "--data ", o.data, ": not the shards this run trains on (", data.value("shards", "?"),
+        "); drop --data to continue on them, or add --allow-new-data for continued pretraining on these "
+        "(weights and optimizer state kept, the data order starts fresh)"));
+  if (!same) {
+    data["earlier_shards"].push_back(data.value("shards", ""));
+    data["shards"] = req.data_info["shards"];
+    req.new_data = true;
+    log_info("continued pretraining on %s (earlier: %s)", data["shards"].get<std::string>(),
+             data["earlier_shards"].back().get<std::string>());
+  } else if (!fs::exists(data.value("shards", ""))) {
+    data["shards"] = req.data_info["shards"];  // the same shards, moved
+  }
+  data["shards_id"] = now_id;
+  req.data_info = data;
+  return absl::OkStatus();
+}
+
+// ---- 5. Data and the folder ---------------------------------------------------------------------
+
+// How often the run repeats each language and source: the passes line of 'lmtrain prepare
+// --plan-tokens', for this run's steps x tokens per step (issue #21).
+void log_passes(const data::BatchSampler& sampler, const TrainConfig& tc, int world) {
+  const double tokens = static_cast<double>(tokens_per_step(tc, world)) * static_cast<double>(tc.steps);
+  const auto passes = data::compute_passes(data::mixture_parts(sampler), tokens);
+  log_info("%s", data::format_passes(passes, tokens, "fit: steps x tokens per step"));
+  data::warn_passes(passes, tokens, "fit");
+}
+
+absl::Status load_data(const data::ShardSet& set, RunSetup& s) {
+  data::SamplerConfig sc;
+  sc.batch = s.req.train.batch.micro_batch;
+  sc.seq_len = s.req.train.batch.seq_len;
+  sc.seed = s.req.train.seed;
+  sc.rank = s.req.rank;
+  sc.world = s.req.world_size;
+  LM_ASSIGN_OR_RETURN(data::BatchSampler sampler, data::BatchSampler::create(set, sc));
+  if (s.req.rank == 0) log_passes(sampler, s.req.train, s.req.world_size);
+  s.source = std::make_unique<SamplerSource>(std::move(sampler));
+  LM_ASSIGN_OR_RETURN(s.val, load_validation(set, s.req.train.batch.seq_len, s.req.train.eval.windows));
+  return absl::OkStatus();
+}
+
+absl::Status copy_tokenizer(const std::string& from, const RunFolder& run) {
+  const fs::path dst = run.tokenizer();
+  std::error_code ec;
+  fs::create_directories(dst, ec);
+  for (const char* f : {"spm.model", "tokenizer.json"}) {
+    LM_ASSIGN_OR_RETURN(std::string bytes, read_file((fs::path(from) / f).string()));
+    LM_RETURN_IF_ERROR(write_file_atomic((dst / f).string(), bytes));
+  }
+  return absl::OkStatus();
+}
+
+// The tokenizer as the trainer's text codec; `tok` outlives the fit that uses it.
+TextCodec text_codec(const tokenizer::Tokenizer& tok) {
+  return {[&tok](std::string_view t) { return tok.encode(t); },
+          [&tok](const std::vector<int32_t>& ids) { return tok.decode(ids); }, tok.bos_id(), tok.eos_id()};
+}
+
+// The request's identity: the run folder, shape and budget, ranks, the tokenizer and shards.
+void fill_request(const FitOptions& o, const DistEnv& env, const RunFile& rf, RunSetup& s) {
+  FitRequest& req = s.req;
+  req.run_dir = o.out;
+  req.resume = s.resuming;
+  req.init_from = o.init_from;
+  req.force = o.force;
+  req.model = rf.model;
+  req.model.vocab_size = s.tok.vocab_size();
+  req.train = rf.train;
+  req.tokenizer_hash = s.tok.hash();
+  req.codec = text_codec(s.tok);  // text samples at validation (train/samples.h)
+  req.world_size = env.world;
+  req.rank = env.rank;
+  req.local_rank = env.local_rank;
+  req.comm = s.comm.get();
+}
+
+}  // namespace
+
+std::string no_checkpoint_warning(const TrainConfig& tc, int64_t from_step) {
+  const auto& c = tc.checkpoint;
+  const bool stops_first = tc.stop_at_step > from_step && tc.stop_at_step < tc.steps;  // which checkpoints
+  const bool by_step = c.interval > 0 && (from_step / c.interval + 1) * c.interval < tc.steps;
+  if (stops_first || by_step || c.minutes > 0 || from_step >= tc.steps) return "";
+  return absl::StrCat("no checkpoint before step ", tc.steps, ", the end of the run: train.checkpoint.interval ",
+                      c.interval, c.interval > 0 ? " falls past it" : " is off", " and train.checkpoint.minutes is 0, ",
+                      "so a kill before then loses every step from ", from_step,
+                      " (set --checkpoint-minutes M or --checkpoint-interval N)");
+}
+
+absl::StatusOr<std::unique_ptr<RunSetup>> set_up_run(const FitOptions& o) {
+  if (o.out.empty()) return absl::InvalidArgumentError("fit needs --out");
+  if (o.allow_new_data && o.resume == ResumeMode::kNo)
+    return absl::InvalidArgumentError("--allow-new-data continues a run on new shards and needs --resume");
+  LM_ASSIGN_OR_RETURN(const DistEnv env, dist_env_from_environment());
+  auto s = std::make_unique<RunSetup>();
+  // The run folder first: a wrong --resume/--force is the cheapest mistake to name.
+  const RunFolder run(o.out);
+  LM_ASSIGN_OR_RETURN(s->resuming, decide_resume(o, run));
+  if (o.data.empty() && !s->resuming)
+    return absl::InvalidArgumentError("fit needs --data (the shards folder of 'lmtrain prepare')");
+  std::optional<ResumeBase> base;
+  if (s->resuming) {
+    LM_ASSIGN_OR_RETURN(base, read_resume_base(run));
+  }
+  LM_ASSIGN_OR_RETURN(RunFile rf, requested_config(o, base ? &*base : nullptr));
+  LM_ASSIGN_OR_RETURN(s->comm, set_up_device(o, env, rf.train));
+
+  const std::string data_dir = o.data.empty() && base ? base->data.value("shards", "") : o.data;
+  LM_ASSIGN_OR_RETURN(data::ShardSet set, data::ShardSet::open(data_dir));
+  LM_ASSIGN_OR_RETURN(const std::string tok_dir, tokenizer_dir(o, run, s->resuming, set));
+  LM_ASSIGN_OR_RETURN(s->tok, tokenizer::Tokenizer::load(tok_dir));
+  LM_RETURN_IF_ERROR(set.check_tokenizer(s->tok));  // hash, vocabulary and framing
+  fill_request(o, env, rf, *s);
+  s->req.data_info = {{"shards", fs::absolute(data_dir).string()},
+                      {"tokenizer", fs::absolute(tok_dir).string()},
+                      {"shards_id", shards_id(set)}};
+  LM_RETURN_IF_ERROR(model::validate(s->req.model));
+  if (base) {
+    LM_RETURN_IF_ERROR(plan_the_resume(o, run, *base, *s));
+    if (s->finished) return s;
+    LM_RETURN_IF_ERROR(check_resume_data(o, *base, s->req));
+  }
+  LM_RETURN_IF_ERROR(resolve(s->req.train, s->req.model, s->req.world_size));
+  if (const std::string w = no_checkpoint_warning(s->req.train, s->done_step); !w.empty() && env.rank == 0)
+    log_warn("%s", w);
+  LM_RETURN_IF_ERROR(load_data(set, *s));
+  if (!s->resuming && env.rank == 0) {
+    std::error_code ec;
+    fs::create_directories(o.out, ec);
+    LM_RETURN_IF_ERROR(copy_tokenizer(tok_dir, run));
+  }
+  return s;
+}
+
+}  // namespace lm::train
