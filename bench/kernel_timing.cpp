@@ -64,9 +64,10 @@ std::vector<Case> cases(const model::ModelConfig& cfg, int64_t B, int64_t T, tor
   const double es = static_cast<double>(torch::elementSize(dt));
   const int64_t H = cfg.n_heads, Hkv = cfg.n_kv_heads, D = cfg.head_dim(), C = cfg.d_model, F = cfg.d_ff;
   std::vector<Case> out;
+  auto name = [&](const char* op) { return std::string(op) + (d.is_cuda() ? ".cuda" : ".cpu"); };
 
   // swiglu: reads a, b, writes y; backward reads a, b, g, writes da, db.
-  out.push_back({"swiglu.cuda", {B, T, F}, 8.0 * es * B * T * F, {torch::randn({B, T, F}, opt), torch::randn({B, T, F}, opt)},
+  out.push_back({name("swiglu"), {B, T, F}, 8.0 * es * B * T * F, {torch::randn({B, T, F}, opt), torch::randn({B, T, F}, opt)},
                  {torch::randn({B, T, F}, opt)}, [](bool fast, const Tensors& x) -> Tensors {
                    if (fast) return {model::fused_swiglu(x[0], x[1])};
                    return {torch::nn::functional::silu(x[0]) * x[1]};
@@ -75,7 +76,7 @@ std::vector<Case> cases(const model::ModelConfig& cfg, int64_t B, int64_t T, tor
   // rope: q [B, T, H, D] and k [B, T, Hkv, D] read and written, forward and backward.
   auto [cos, sin] = model::rotary_tables(T, D, cfg.rope_theta, 0, d);
   const double qk = static_cast<double>(B * T * (H + Hkv) * D);
-  out.push_back({"rope.cuda", {B, T, H + Hkv, D}, 4.0 * es * qk,
+  out.push_back({name("rope"), {B, T, H + Hkv, D}, 4.0 * es * qk,
                  {torch::randn({B, T, H, D}, opt), torch::randn({B, T, Hkv, D}, opt)},
                  {torch::randn({B, T, H, D}, opt), torch::randn({B, T, Hkv, D}, opt)},
                  [cos = cos, sin = sin](bool fast, const Tensors& x) -> Tensors {
@@ -92,7 +93,7 @@ std::vector<Case> cases(const model::ModelConfig& cfg, int64_t B, int64_t T, tor
   // of ds to r's dtype reads ds again and writes dr.
   const double n = static_cast<double>(B * T * C);
   const double eps = cfg.norm_eps;
-  out.push_back({"add_rms_norm.cuda", {B, T, C}, n * (4 + es + 4 + es + es + 4 + 4 + 4 + 4 + es),
+  out.push_back({name("add_rms_norm"), {B, T, C}, n * (4 + es + 4 + es + es + 4 + 4 + 4 + 4 + es),
                  {torch::randn({B, T, C}, f32), torch::randn({B, T, C}, opt), 1.0 + 0.1 * torch::randn({C}, f32)},
                  {torch::randn({B, T, C}, f32), torch::randn({B, T, C}, opt)},
                  [eps, dt](bool fast, const Tensors& x) -> Tensors {
@@ -104,6 +105,15 @@ std::vector<Case> cases(const model::ModelConfig& cfg, int64_t B, int64_t T, tor
                    auto y = s.is_cuda() ? model::fused_rms_norm(s, x[2], eps) : model::reference_rms_norm(s, x[2], eps);
                    return {s, y.to(dt)};
                  }});
+  if (d.is_cpu()) {
+    // The chunked loss with the CPU row kernel against the same chunked loss on ATen's ops (both
+    // include the LM head's matmuls): forward reads the logits once and writes the gradient.
+    const int64_t V = cfg.vocab_size, N = B * T;
+    out.push_back({"cross_entropy.cpu", {N, V}, 2.0 * es * N * V, {torch::randn({N, C}, opt), 0.02 * torch::randn({V, C}, opt)},
+                   {torch::ones({}, f32)}, [t = torch::randint(V, {N}, torch::kInt64)](bool fast, const Tensors& x) -> Tensors {
+                     return {model::linear_cross_entropy(x[0], x[1], t, 0, fast)};
+                   }});
+  }
   return out;
 }
 
@@ -111,7 +121,7 @@ std::vector<Case> cases(const model::ModelConfig& cfg, int64_t B, int64_t T, tor
 
 Json time_own_kernels(const model::ModelConfig& cfg, int64_t batch, int64_t seq, torch::Device device,
                       torch::ScalarType dtype, int iters) {
-  const bool fast_ok = device.is_cuda() && model::cuda_kernels_compiled();
+  const bool fast_ok = device.is_cpu() || model::cuda_kernels_compiled();
   Json ops = Json::array();
   for (const auto& c : cases(cfg, batch, seq, device, dtype)) {
     Json row = {{"op", c.op}, {"shape", absl::StrJoin(c.shape, "x")}, {"bytes", c.bytes}};

@@ -174,6 +174,16 @@ def train_flops_per_token(c, T):  # model/config.cpp: 6N + 12·L·T·d, N = matm
     return n_total, 6.0 * n_matmul + 12.0 * c["n_layers"] * T * c["d_model"]
 
 
+def write_profile(prof, path, steps):
+    """Self CPU time per op and step, largest first: {"op", "ms_per_step", "calls_per_step"} lines."""
+    rows = sorted(prof.key_averages(), key=lambda e: -e.self_cpu_time_total)
+    with open(path, "w") as f:
+        for e in rows:
+            if e.self_cpu_time_total > 0:
+                f.write(json.dumps({"op": e.key, "ms_per_step": round(e.self_cpu_time_total / 1e3 / steps, 3),
+                                    "calls_per_step": round(e.count / steps, 2)}) + "\n")
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--preset", default="small")
@@ -189,6 +199,9 @@ def main():
     ap.add_argument("--lr", type=float, default=3e-3)
     ap.add_argument("--warmup", type=int, default=2)
     ap.add_argument("--compile", action="store_true", help="torch.compile the model (Inductor)")
+    ap.add_argument("--profile", default="",
+                    help="train mode: torch.profiler over the steps after the first log point; writes the self CPU "
+                         "time per op and step as JSON lines to this file (docs/performance.md's per-op table)")
     ap.add_argument("--device", default="cpu", choices=["cpu", "cuda"],
                     help="cuda: bf16 autocast on the GPU, TF32 on, fused AdamW (as lmtrain fit on cuda)")
     a = ap.parse_args()
@@ -211,6 +224,9 @@ def main():
     if a.device == "cuda":
         torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = True
     model = Llama(c).to(dev)
+    if a.compile and a.profile:  # each generated C++ kernel as its own profiler record
+        import torch._inductor.config as inductor_config
+        inductor_config.cpp.enable_kernel_profile = True
     fwd = torch.compile(model) if a.compile else model
     gen = torch.Generator().manual_seed(42)
     ctx = torch.autocast(a.device, dtype=torch.bfloat16) if a.dtype == "bf16" else contextlib.nullcontext()
@@ -233,7 +249,11 @@ def main():
     else:
         opt = model.configure_optimizers(a.lr, 0.1, (0.9, 0.95), 1e-8, fused=a.device == "cuda")
         model.train()
+        prof = None
         for step in range(a.steps):
+            if a.profile and step == log_every:  # warm-up (and compilation) outside the profile
+                prof = torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU])
+                prof.__enter__()
             lr = get_lr(step, a.lr, a.warmup, a.steps)
             for g in opt.param_groups:
                 g["lr"] = lr
@@ -248,6 +268,9 @@ def main():
             if (step + 1) % log_every == 0 or step + 1 == a.steps:
                 sync()
                 marks.append(((step + 1) * B * T, time.perf_counter() - t0))
+        if prof is not None:
+            prof.__exit__(None, None, None)
+            write_profile(prof, a.profile, a.steps - log_every)
     # Steady-state rate: from the first log point (warm-up excluded) to the last.
     if len(marks) >= 2:
         rate = (marks[-1][0] - marks[0][0]) / (marks[-1][1] - marks[0][1])

@@ -13,6 +13,7 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <algorithm>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -33,6 +34,7 @@
 #include "runtime/runtime.h"
 #include "model/config.h"
 #include "model/transformer.h"
+#include "model/verify.h"
 #include "train/device.h"
 #include "train/trainer.h"
 
@@ -155,6 +157,11 @@ int main(int argc, char** argv) {
   app.add_option("--sdpa-backend", sdpa_backend, "train mode: auto | flash | cudnn | efficient | math (train.hardware.sdpa_backend)");
   app.add_flag("--cuda-kernels", cuda_kernels, "train mode: lmforge's own CUDA kernels on (train.hardware.cuda_kernels)");
   app.add_flag("--cuda-graphs", cuda_graphs, "train mode: the step captured and replayed as a CUDA graph (train.hardware.cuda_graphs)");
+  std::vector<std::string> paths_off;
+  app.add_option("--fast-paths-off", paths_off,
+                 "train and forward modes: these fast paths on their reference (train.hardware.fast_paths_off), "
+                 "e.g. rms_norm.cpu,add_rms_norm.cpu,swiglu.cpu,rope.cpu,cross_entropy.cpu for the CPU kernels' A/B")
+      ->delimiter(',');
   std::string profile;
   app.add_option("--profile", profile,
                  "write a chrome trace of the whole run (legacy autograd profiler); "
@@ -202,6 +209,8 @@ int main(int argc, char** argv) {
     torch::manual_seed(1234);
     lm::model::Transformer model(mc);
     model->eval();
+    for (const auto& fp : lm::model::fast_paths())
+      if (std::find(paths_off.begin(), paths_off.end(), fp.name) != paths_off.end()) fp.fall_back(model);
     torch::NoGradGuard no_grad;
     RandomSource src(batch * (seq + 1), static_cast<int32_t>(mc.vocab_size));
     std::vector<int32_t> flat;
@@ -233,6 +242,7 @@ int main(int argc, char** argv) {
     t.hardware.cuda_kernels = cuda_kernels;
     t.hardware.cuda_graphs = cuda_graphs;
     t.hardware.sdpa_backend = sdpa_backend;
+    t.hardware.fast_paths_off = paths_off;
     RandomSource src(batch * (seq + 1), static_cast<int32_t>(mc.vocab_size));
     auto sum = lm::train::fit(req, src, {});
     rate = steady_rate(lm::RunFolder(req.run_dir).metrics());
@@ -246,9 +256,10 @@ int main(int argc, char** argv) {
   std::printf("{\"impl\": \"lmforge\", \"preset\": \"%s\", \"dtype\": \"%s\", \"mode\": \"%s\", \"batch\": %ld, "
               "\"seq\": %ld, \"steps\": %ld, \"threads\": %d, \"tokens_per_s\": %.1f, \"flops_per_token\": %.6g, "
               "\"params\": %ld, \"peak_rss_mb\": %.1f, \"final_loss\": %.4f, \"first_loss\": %.4f, "
-              "\"cuda_kernels\": %s, \"cuda_graphs\": %s, \"sdpa_backend\": \"%s\", \"fast_path_fallback\": \"%s\"}\n",
+              "\"cuda_kernels\": %s, \"cuda_graphs\": %s, \"sdpa_backend\": \"%s\", \"fast_path_fallback\": \"%s\", "
+              "\"fast_paths_off\": \"%s\"}\n",
               preset.c_str(), dtype.c_str(), mode.c_str(), batch, seq, steps, nthreads, rate, fpt, params,
               peak_rss_mb(), final_loss, first_loss, cuda_kernels ? "true" : "false", cuda_graphs ? "true" : "false", sdpa_backend.c_str(),
-              fell_back.c_str());
+              fell_back.c_str(), absl::StrJoin(paths_off, ",").c_str());
   return 0;
 }

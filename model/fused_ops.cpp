@@ -1,16 +1,15 @@
 #include "model/fused_ops.h"
 
+#include "model/kernels/cpu_kernels.h"
+#include "model/kernels/fused_kernels.h"
+
 #ifdef LM_HAVE_CUDA_KERNELS
 #include <c10/cuda/CUDAGuard.h>
 #include <ATen/cuda/CUDAContext.h>
 #include <c10/cuda/CUDAStream.h>
-
-#include "model/kernels/fused_kernels.h"
 #endif
 
 namespace lm::model {
-
-#ifdef LM_HAVE_CUDA_KERNELS
 namespace {
 
 using torch::autograd::AutogradContext;
@@ -21,26 +20,130 @@ kernels::DType kernel_dtype(const torch::Tensor& t) {
     case torch::kFloat32: return kernels::DType::kFloat32;
     case torch::kBFloat16: return kernels::DType::kBFloat16;
     case torch::kFloat16: return kernels::DType::kFloat16;
-    default: TORCH_CHECK(false, "lmforge CUDA kernels: dtype ", t.scalar_type(), " not supported (fp32, bf16, fp16)");
+    default: TORCH_CHECK(false, "lmforge kernels: dtype ", t.scalar_type(), " not supported (fp32, bf16, fp16)");
   }
 }
 
+// The device-specific launches: the CPU kernels (model/kernels/cpu_kernels.h) on CPU tensors,
+// the CUDA ones (model/kernels/fused_kernels.h) where this build has them.
+#ifdef LM_HAVE_CUDA_KERNELS
 void check(int err, const char* what) {
   TORCH_CHECK(err == 0, "lmforge CUDA kernel ", what, " failed to launch: ", kernels::error_string(err));
 }
-
 void* stream_of(const torch::Tensor& t) { return c10::cuda::getCurrentCUDAStream(t.device().index()).stream(); }
+#define LM_CUDA_LAUNCH(on, what, call)             \
+  do {                                            \
+    const c10::cuda::CUDAGuard guard(on.device()); \
+    check(call, what);                            \
+  } while (0)
+#else
+#define LM_CUDA_LAUNCH(on, what, call) \
+  TORCH_CHECK(false, what, ": this build has no CUDA kernels (LibTorch without CUDA, or no nvcc at build time)")
+#endif
+
+void swiglu_fwd(const torch::Tensor& a, const torch::Tensor& b, const torch::Tensor& y) {
+  if (a.is_cpu()) return kernels::cpu::swiglu_forward(a.data_ptr(), b.data_ptr(), y.data_ptr(), a.numel(), kernel_dtype(a));
+  LM_CUDA_LAUNCH(a, "swiglu_forward", kernels::swiglu_forward(a.data_ptr(), b.data_ptr(), y.data_ptr(), a.numel(),
+                                                           kernel_dtype(a), stream_of(a)));
+}
+
+void swiglu_bwd(const torch::Tensor& a, const torch::Tensor& b, const torch::Tensor& g, const torch::Tensor& da,
+                const torch::Tensor& db) {
+  if (a.is_cpu())
+    return kernels::cpu::swiglu_backward(a.data_ptr(), b.data_ptr(), g.data_ptr(), da.data_ptr(), db.data_ptr(),
+                                         a.numel(), kernel_dtype(a));
+  LM_CUDA_LAUNCH(a, "swiglu_backward", kernels::swiglu_backward(a.data_ptr(), b.data_ptr(), g.data_ptr(), da.data_ptr(),
+                                                             db.data_ptr(), a.numel(), kernel_dtype(a), stream_of(a)));
+}
+
+// Rotates q and k (contiguous [B, T, H, D]) by the fp32 tables; `inverse` for the backward pass.
+std::pair<torch::Tensor, torch::Tensor> rope(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& cos,
+                                             const torch::Tensor& sin, bool inverse) {
+  auto yq = torch::empty_like(q), yk = torch::empty_like(k);
+  if (q.is_cpu()) {
+    kernels::cpu::rope(q.data_ptr(), k.data_ptr(), yq.data_ptr(), yk.data_ptr(), cos.data_ptr<float>(),
+                       sin.data_ptr<float>(), q.size(0), q.size(1), q.size(2), k.size(2), q.size(3), inverse,
+                       kernel_dtype(q));
+  } else {
+    LM_CUDA_LAUNCH(q, "rope_forward",
+                   kernels::rope_forward(q.data_ptr(), k.data_ptr(), yq.data_ptr(), yk.data_ptr(), cos.data_ptr<float>(),
+                                         sin.data_ptr<float>(), q.size(0), q.size(1), q.size(2), k.size(2), q.size(3),
+                                         inverse, kernel_dtype(q), stream_of(q)));
+  }
+  return {yq, yk};
+}
+
+// s = x + r (r may be undefined on CPU: then s is x) and y = rms_norm(s) * w; fills s, y, rstd.
+void add_norm_fwd(const torch::Tensor& x, const torch::Tensor& r, const torch::Tensor& w, const torch::Tensor& s,
+                  const torch::Tensor& y, const torch::Tensor& rstd, double eps) {
+  const int64_t C = x.size(-1), rows = x.numel() / C;
+  if (x.is_cpu())
+    return kernels::cpu::add_rms_norm_forward(x.data_ptr(), r.defined() ? r.data_ptr() : nullptr, w.data_ptr<float>(),
+                                              r.defined() ? s.data_ptr() : nullptr, y.data_ptr(),
+                                              rstd.data_ptr<float>(), rows, C, static_cast<float>(eps),
+                                              kernel_dtype(x), kernel_dtype(y));
+  LM_CUDA_LAUNCH(x, "add_rms_norm_forward",
+                 kernels::add_rms_norm_forward(x.data_ptr(), r.data_ptr(), w.data_ptr<float>(), s.data_ptr(),
+                                               y.data_ptr(), rstd.data_ptr<float>(), rows, C, static_cast<float>(eps),
+                                               kernel_dtype(x), kernel_dtype(r), stream_of(x)));
+}
+
+// ds (and the returned fp32 dw [C]) from dy and ds_in (undefined when nothing reached s).
+torch::Tensor add_norm_bwd(const torch::Tensor& dy, const torch::Tensor& ds_in, const torch::Tensor& s,
+                           const torch::Tensor& w, const torch::Tensor& rstd, const torch::Tensor& ds) {
+  const int64_t C = s.size(-1), rows = s.numel() / C;
+  const void* din = ds_in.defined() ? ds_in.data_ptr() : nullptr;
+  if (s.is_cpu()) {
+    auto dw = torch::empty({C}, s.options().dtype(torch::kFloat32));
+    kernels::cpu::add_rms_norm_backward(dy.data_ptr(), din, s.data_ptr(), w.data_ptr<float>(), rstd.data_ptr<float>(),
+                                        ds.data_ptr(), dw.data_ptr<float>(), rows, C, kernel_dtype(s),
+                                        kernel_dtype(dy));
+    return dw;
+  }
+#ifdef LM_HAVE_CUDA_KERNELS
+  const int64_t sms = at::cuda::getCurrentDeviceProperties()->multiProcessorCount;
+  const int64_t blocks = std::max<int64_t>(1, std::min<int64_t>(rows, 4 * sms));
+  auto dw_partial = torch::empty({blocks, C}, s.options().dtype(torch::kFloat32));
+  LM_CUDA_LAUNCH(s, "add_rms_norm_backward",
+                 kernels::add_rms_norm_backward(dy.data_ptr(), din, s.data_ptr(), w.data_ptr<float>(),
+                                                rstd.data_ptr<float>(), ds.data_ptr(), dw_partial.data_ptr<float>(),
+                                                rows, C, blocks, kernel_dtype(s), kernel_dtype(dy), stream_of(s)));
+  return dw_partial.sum(0);
+#else
+  LM_CUDA_LAUNCH(s, "add_rms_norm_backward", 0);
+  return {};
+#endif
+}
+
+void check_device(const torch::Tensor& a, const torch::Tensor& b, const char* what) {
+  TORCH_CHECK(a.device() == b.device() && (a.is_cpu() || a.is_cuda()), what, ": tensors on one CPU or CUDA device");
+  TORCH_CHECK(a.is_cpu() || cuda_kernels_compiled(), what,
+              ": this build has no CUDA kernels (LibTorch without CUDA, or no nvcc at build time)");
+  TORCH_CHECK(!a.is_cpu() || kernels::cpu::takes(kernel_dtype(a)), what, ": the CPU kernels take fp32 and bf16, not ",
+              a.scalar_type());
+}
+
+// The norm's backward from its saved {s, w, rstd}: ds (s's dtype) and dw (fp32 [C]) for the
+// gradients that reached s (gs) and y (gy, either may be undefined); dy is read in `y_dtype`.
+std::pair<torch::Tensor, torch::Tensor> norm_backward(const std::vector<torch::Tensor>& saved, const torch::Tensor& gs,
+                                                      const torch::Tensor& gy, torch::ScalarType y_dtype) {
+  const auto& s = saved[0];
+  auto ds_in = gs.defined() ? gs.to(s.scalar_type()).contiguous() : torch::Tensor();
+  if (!gy.defined())  // only s reached a loss: the norm passes nothing back
+    return {ds_in.defined() ? ds_in : torch::zeros_like(s), torch::zeros({s.size(-1)}, s.options().dtype(torch::kFloat32))};
+  auto ds = torch::empty_like(s);
+  auto dw = add_norm_bwd(gy.to(y_dtype).contiguous(), ds_in, s, saved[1], saved[2], ds);
+  return {ds, dw};
+}
 
 struct SwigluFn : torch::autograd::Function<SwigluFn> {
   static torch::Tensor forward(AutogradContext* ctx, const torch::Tensor& gate, const torch::Tensor& up) {
-    TORCH_CHECK(gate.is_cuda() && up.device() == gate.device(), "fused_swiglu: CUDA tensors on one device");
+    check_device(gate, up, "fused_swiglu");
     TORCH_CHECK(gate.sizes() == up.sizes(), "fused_swiglu: gate ", gate.sizes(), " and up ", up.sizes(), " differ");
-    const c10::cuda::CUDAGuard guard(gate.device());
     auto a = gate.contiguous();
     auto b = up.to(a.scalar_type()).contiguous();
     auto y = torch::empty_like(a);
-    check(kernels::swiglu_forward(a.data_ptr(), b.data_ptr(), y.data_ptr(), a.numel(), kernel_dtype(a), stream_of(a)),
-          "swiglu_forward");
+    swiglu_fwd(a, b, y);
     ctx->save_for_backward({a, b});
     ctx->saved_data["up_dtype"] = static_cast<int64_t>(up.scalar_type());
     return y;
@@ -49,34 +152,19 @@ struct SwigluFn : torch::autograd::Function<SwigluFn> {
     const auto saved = ctx->get_saved_variables();
     const auto& a = saved[0];
     const auto& b = saved[1];
-    const c10::cuda::CUDAGuard guard(a.device());
     if (!grads[0].defined()) return {torch::Tensor(), torch::Tensor()};
     auto g = grads[0].to(a.scalar_type()).contiguous();
     auto da = torch::empty_like(a), db = torch::empty_like(b);
-    check(kernels::swiglu_backward(a.data_ptr(), b.data_ptr(), g.data_ptr(), da.data_ptr(), db.data_ptr(), a.numel(),
-                                   kernel_dtype(a), stream_of(a)),
-          "swiglu_backward");
+    swiglu_bwd(a, b, g, da, db);
     const auto up_dtype = static_cast<c10::ScalarType>(ctx->saved_data["up_dtype"].toInt());
     return {da, db.to(up_dtype)};
   }
 };
 
-// Rotates q and k (contiguous [B, T, H, D]) by the tables; `inverse` for the backward pass.
-std::pair<torch::Tensor, torch::Tensor> rope(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& cos,
-                                             const torch::Tensor& sin, bool inverse) {
-  const c10::cuda::CUDAGuard guard(q.device());
-  auto yq = torch::empty_like(q), yk = torch::empty_like(k);
-  check(kernels::rope_forward(q.data_ptr(), k.data_ptr(), yq.data_ptr(), yk.data_ptr(), cos.data_ptr<float>(),
-                              sin.data_ptr<float>(), q.size(0), q.size(1), q.size(2), k.size(2), q.size(3), inverse,
-                              kernel_dtype(q), stream_of(q)),
-        "rope_forward");
-  return {yq, yk};
-}
-
 struct RopeFn : torch::autograd::Function<RopeFn> {
   static tensor_list forward(AutogradContext* ctx, const torch::Tensor& q, const torch::Tensor& k,
                              const torch::Tensor& cos, const torch::Tensor& sin) {
-    TORCH_CHECK(q.is_cuda() && k.device() == q.device(), "fused_rope: CUDA tensors on one device");
+    check_device(q, k, "fused_rope");
     TORCH_CHECK(q.dim() == 4 && k.dim() == 4 && q.size(0) == k.size(0) && q.size(1) == k.size(1) &&
                     q.size(3) == k.size(3) && q.size(3) % 2 == 0,
                 "fused_rope: q ", q.sizes(), " and k ", k.sizes(), " must be [B, T, H, D] with one B, T and even D");
@@ -107,21 +195,16 @@ struct RopeFn : torch::autograd::Function<RopeFn> {
   }
 };
 
-
 // s = x + r and y = rms_norm(s) * w; saves s, w (fp32) and each row's rstd.
 struct AddRmsNormFn : torch::autograd::Function<AddRmsNormFn> {
   static tensor_list forward(AutogradContext* ctx, const torch::Tensor& x, const torch::Tensor& r,
                              const torch::Tensor& weight, double eps) {
-    const c10::cuda::CUDAGuard guard(x.device());
     const int64_t C = x.size(-1), rows = x.numel() / C;
     auto xc = x.contiguous(), rc = r.contiguous();
     auto w = weight.to(torch::kFloat32).contiguous();
     auto s = torch::empty_like(xc), y = torch::empty_like(rc);
     auto rstd = torch::empty({rows}, x.options().dtype(torch::kFloat32));
-    check(kernels::add_rms_norm_forward(xc.data_ptr(), rc.data_ptr(), w.data_ptr<float>(), s.data_ptr(), y.data_ptr(),
-                                        rstd.data_ptr<float>(), rows, C, static_cast<float>(eps), kernel_dtype(xc),
-                                        kernel_dtype(rc), stream_of(xc)),
-          "add_rms_norm_forward");
+    add_norm_fwd(xc, rc, w, s, y, rstd, eps);
     ctx->save_for_backward({s, w, rstd});
     ctx->saved_data["r_dtype"] = static_cast<int64_t>(r.scalar_type());
     ctx->saved_data["w_dtype"] = static_cast<int64_t>(weight.scalar_type());
@@ -129,35 +212,50 @@ struct AddRmsNormFn : torch::autograd::Function<AddRmsNormFn> {
   }
   static tensor_list backward(AutogradContext* ctx, tensor_list grads) {
     const auto saved = ctx->get_saved_variables();
-    const auto& s = saved[0];
-    const auto& w = saved[1];
-    const auto& rstd = saved[2];
-    const c10::cuda::CUDAGuard guard(s.device());
     const auto r_dtype = static_cast<c10::ScalarType>(ctx->saved_data["r_dtype"].toInt());
     const auto w_dtype = static_cast<c10::ScalarType>(ctx->saved_data["w_dtype"].toInt());
-    const int64_t C = s.size(-1), rows = s.numel() / C;
-    auto ds_in = grads[0].defined() ? grads[0].to(s.scalar_type()).contiguous() : torch::Tensor();
-    if (!grads[1].defined()) {  // only s reached a loss: the norm passes nothing back
-      auto ds = ds_in.defined() ? ds_in : torch::zeros_like(s);
-      return {ds, ds.to(r_dtype), torch::zeros({C}, w.options().dtype(w_dtype)), torch::Tensor()};
-    }
-    auto dy = grads[1].to(r_dtype).contiguous();
-    const int64_t sms = at::cuda::getCurrentDeviceProperties()->multiProcessorCount;
-    const int64_t blocks = std::max<int64_t>(1, std::min<int64_t>(rows, 4 * sms));
-    auto ds = torch::empty_like(s);
-    auto dw_partial = torch::empty({blocks, C}, s.options().dtype(torch::kFloat32));
-    check(kernels::add_rms_norm_backward(dy.data_ptr(), ds_in.defined() ? ds_in.data_ptr() : nullptr, s.data_ptr(),
-                                         w.data_ptr<float>(), rstd.data_ptr<float>(), ds.data_ptr(),
-                                         dw_partial.data_ptr<float>(), rows, C, blocks, kernel_dtype(s),
-                                         kernel_dtype(dy), stream_of(s)),
-          "add_rms_norm_backward");
-    return {ds, ds.to(r_dtype), dw_partial.sum(0).to(w_dtype), torch::Tensor()};
+    auto [ds, dw] = norm_backward(saved, grads[0], grads[1], r_dtype);
+    return {ds, ds.to(r_dtype), dw.to(w_dtype), torch::Tensor()};
+  }
+};
+
+// The plain RMSNorm on the CPU: the kernel above without the add (s is x).
+struct RmsNormFn : torch::autograd::Function<RmsNormFn> {
+  static torch::Tensor forward(AutogradContext* ctx, const torch::Tensor& x, const torch::Tensor& weight, double eps,
+                               int64_t out_dtype) {
+    const int64_t C = x.size(-1), rows = x.numel() / C;
+    auto xc = x.contiguous();
+    auto w = weight.to(torch::kFloat32).contiguous();
+    auto y = torch::empty(xc.sizes(), xc.options().dtype(static_cast<torch::ScalarType>(out_dtype)));
+    auto rstd = torch::empty({rows}, x.options().dtype(torch::kFloat32));
+    add_norm_fwd(xc, torch::Tensor(), w, xc, y, rstd, eps);
+    ctx->save_for_backward({xc, w, rstd});
+    ctx->saved_data["y_dtype"] = out_dtype;
+    ctx->saved_data["w_dtype"] = static_cast<int64_t>(weight.scalar_type());
+    return y;
+  }
+  static tensor_list backward(AutogradContext* ctx, tensor_list grads) {
+    const auto saved = ctx->get_saved_variables();
+    const auto y_dtype = static_cast<c10::ScalarType>(ctx->saved_data["y_dtype"].toInt());
+    const auto w_dtype = static_cast<c10::ScalarType>(ctx->saved_data["w_dtype"].toInt());
+    auto [dx, dw] = norm_backward(saved, torch::Tensor(), grads[0], y_dtype);
+    return {dx, dw.to(w_dtype), torch::Tensor(), torch::Tensor()};
   }
 };
 
 }  // namespace
 
-bool cuda_kernels_compiled() { return true; }
+bool cuda_kernels_compiled() {
+#ifdef LM_HAVE_CUDA_KERNELS
+  return true;
+#else
+  return false;
+#endif
+}
+
+bool cpu_kernels_take(const torch::Tensor& t) {
+  return t.is_cpu() && (t.scalar_type() == torch::kFloat32 || t.scalar_type() == torch::kBFloat16);
+}
 
 torch::Tensor fused_swiglu(const torch::Tensor& gate, const torch::Tensor& up) { return SwigluFn::apply(gate, up); }
 
@@ -168,44 +266,49 @@ std::pair<torch::Tensor, torch::Tensor> fused_rope(const torch::Tensor& q, const
 }
 
 bool fused_add_rms_norm_takes(const torch::Tensor& x, const torch::Tensor& r, torch::ScalarType out_dtype) {
-  return x.is_cuda() && r.scalar_type() == out_dtype &&
-         c10::promoteTypes(x.scalar_type(), r.scalar_type()) == x.scalar_type() && x.dim() >= 1 &&
-         x.size(-1) <= kernels::kAddRmsNormMaxCols && x.numel() > 0;
+  const bool device_ok = x.is_cpu() ? cpu_kernels_take(x) && cpu_kernels_take(r)
+                                    : x.is_cuda() && cuda_kernels_compiled() && x.size(-1) <= kernels::kAddRmsNormMaxCols;
+  return device_ok && r.scalar_type() == out_dtype && r.device() == x.device() &&
+         c10::promoteTypes(x.scalar_type(), r.scalar_type()) == x.scalar_type() && x.dim() >= 1 && x.numel() > 0;
 }
 
 std::pair<torch::Tensor, torch::Tensor> fused_add_rms_norm(const torch::Tensor& x, const torch::Tensor& r,
                                                            const torch::Tensor& weight, double eps,
                                                            torch::ScalarType out_dtype) {
-  TORCH_CHECK(x.is_cuda() && r.device() == x.device() && weight.device() == x.device(),
-              "fused_add_rms_norm: CUDA tensors on one device");
+  TORCH_CHECK(r.device() == x.device() && weight.device() == x.device(), "fused_add_rms_norm: tensors on one device");
   TORCH_CHECK(x.sizes() == r.sizes() && x.dim() >= 1 && weight.dim() == 1 && weight.size(0) == x.size(-1),
               "fused_add_rms_norm: x ", x.sizes(), ", r ", r.sizes(), " and weight ", weight.sizes(), " do not match");
   TORCH_CHECK(fused_add_rms_norm_takes(x, r, out_dtype), "fused_add_rms_norm: x ", x.scalar_type(), ", r ",
-              r.scalar_type(), " to ", out_dtype, " with ", x.size(-1), " columns is not a case the kernel takes");
+              r.scalar_type(), " to ", out_dtype, " with ", x.size(-1), " columns on ", x.device(),
+              " is not a case the kernels take");
   auto out = AddRmsNormFn::apply(x, r, weight, eps);
   return {out[0], out[1]};
 }
 
-#else  // no CUDA kernels in this build
-
-bool cuda_kernels_compiled() { return false; }
-
-torch::Tensor fused_swiglu(const torch::Tensor&, const torch::Tensor&) {
-  TORCH_CHECK(false, "fused_swiglu: this build has no CUDA kernels (LibTorch without CUDA, or no nvcc at build time)");
+torch::Tensor cpu_fused_rms_norm(const torch::Tensor& x, const torch::Tensor& weight, double eps, torch::ScalarType out_dtype) {
+  TORCH_CHECK(cpu_kernels_take(x) && weight.is_cpu() && (out_dtype == torch::kFloat32 || out_dtype == torch::kBFloat16),
+              "cpu_fused_rms_norm: x ", x.scalar_type(), " on ", x.device(), " to ", out_dtype,
+              " is not a case the CPU kernel takes (fp32 or bf16 CPU tensors)");
+  TORCH_CHECK(x.dim() >= 1 && x.numel() > 0 && weight.dim() == 1 && weight.size(0) == x.size(-1), "cpu_fused_rms_norm: x ",
+              x.sizes(), " and weight ", weight.sizes(), " do not match");
+  return RmsNormFn::apply(x, weight, eps, static_cast<int64_t>(out_dtype));
 }
 
-std::pair<torch::Tensor, torch::Tensor> fused_rope(const torch::Tensor&, const torch::Tensor&, const torch::Tensor&,
-                                                   const torch::Tensor&) {
-  TORCH_CHECK(false, "fused_rope: this build has no CUDA kernels (LibTorch without CUDA, or no nvcc at build time)");
+double cpu_softmax_xent_(const torch::Tensor& logits, const torch::Tensor& targets, double grad_scale) {
+  TORCH_CHECK(cpu_kernels_take(logits) && logits.dim() == 2 && logits.is_contiguous(), "cpu_softmax_xent_: logits ",
+              logits.sizes(), " ", logits.scalar_type(), " on ", logits.device(),
+              " must be contiguous fp32 or bf16 [n, V] on the CPU");
+  TORCH_CHECK(targets.is_cpu() && targets.scalar_type() == torch::kInt64 && targets.dim() == 1 &&
+                  targets.size(0) == logits.size(0) && targets.is_contiguous(),
+              "cpu_softmax_xent_: targets ", targets.sizes(), " for logits ", logits.sizes(), " (int64, contiguous)");
+  const int64_t V = logits.size(1);
+  if (targets.numel() > 0) {
+    const auto [lo, hi] = torch::aminmax(targets);
+    TORCH_CHECK(lo.item<int64_t>() >= 0 && hi.item<int64_t>() < V, "cpu_softmax_xent_: a target is outside [0, ", V,
+                ")");
+  }
+  return kernels::cpu::softmax_xent(logits.data_ptr(), targets.data_ptr<int64_t>(), logits.size(0), V,
+                                    static_cast<float>(grad_scale), kernel_dtype(logits));
 }
-
-bool fused_add_rms_norm_takes(const torch::Tensor&, const torch::Tensor&, torch::ScalarType) { return false; }
-
-std::pair<torch::Tensor, torch::Tensor> fused_add_rms_norm(const torch::Tensor&, const torch::Tensor&,
-                                                           const torch::Tensor&, double, torch::ScalarType) {
-  TORCH_CHECK(false, "fused_add_rms_norm: this build has no CUDA kernels (LibTorch without CUDA, or no nvcc at build time)");
-}
-
-#endif
 
 }  // namespace lm::model

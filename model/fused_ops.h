@@ -1,8 +1,11 @@
-// Autograd wrappers of lmforge's own CUDA kernels (model/kernels/fused_kernels.h): SwiGLU,
-// rotary embedding of q and k in one pass, and residual add + RMSNorm, forward and backward. CUDA tensors only; each has a
-// reference twin (F::silu(a) * b; apply_rotary) that model/verify.cpp checks it against at every
-// GPU start-up, and the model uses them only when `Transformer::set_cuda_kernels(true)` and the
-// tensors are on a GPU. docs/performance.md, "Our own CUDA kernels".
+// Autograd wrappers of lmforge's own kernels: SwiGLU, rotary embedding of q and k in one pass,
+// and residual add + RMSNorm, forward and backward, on CUDA (model/kernels/fused_kernels.h) and
+// on CPUs (model/kernels/cpu_kernels.h, fp32 and bf16); plus the CPU's plain RMSNorm and the
+// softmax cross-entropy rows of the chunked loss. Each has a reference twin (F::silu(a) * b;
+// apply_rotary; x + r then reference_rms_norm; log_softmax) that model/verify.cpp checks it
+// against at every start-up on the run's own device, and the model uses them only where its
+// switches say so (Transformer::set_cuda_kernels, off by default; set_cpu_kernels, on).
+// docs/performance.md, "Our own CUDA kernels" and "Our own CPU kernels".
 #pragma once
 
 #include <torch/torch.h>
@@ -11,10 +14,12 @@
 
 namespace lm::model {
 
-// True when this build compiled the kernels (LibTorch with CUDA and nvcc at build time).
+// True when this build compiled the CUDA kernels (LibTorch with CUDA and nvcc at build time).
 bool cuda_kernels_compiled();
+// True for tensors the CPU kernels take: on the CPU, fp32 or bf16.
+bool cpu_kernels_take(const torch::Tensor& t);
 
-// silu(gate) * up; gate and up of one shape and dtype (fp32, bf16 or fp16) on one CUDA device.
+// silu(gate) * up; gate and up of one shape and dtype (fp32, bf16; fp16 on CUDA) on one device.
 torch::Tensor fused_swiglu(const torch::Tensor& gate, const torch::Tensor& up);
 
 // q [B, T, Hq, D] and k [B, T, Hk, D] rotated by the [T, D] tables of rotary_tables (the
@@ -26,11 +31,22 @@ std::pair<torch::Tensor, torch::Tensor> fused_rope(const torch::Tensor& q, const
 // Residual add + RMSNorm in one pass: s = x + r (the residual stream, x's dtype) and
 // y = rms_norm(s) * w in `out_dtype` (fp32 math), with the reference's semantics
 // (x + r, then reference_rms_norm). Only for inputs fused_add_rms_norm_takes(): r of
-// `out_dtype`, x at least as wide, rows no wider than the kernel takes (8192). Returns {s, y};
-// a gradient may reach both: the backward adds the one that reached s.
+// `out_dtype`, x at least as wide; on CUDA rows no wider than the kernel takes (8192), on the
+// CPU fp32 and bf16. Returns {s, y}; a gradient may reach both: the backward adds the one that
+// reached s.
 bool fused_add_rms_norm_takes(const torch::Tensor& x, const torch::Tensor& r, torch::ScalarType out_dtype);
 std::pair<torch::Tensor, torch::Tensor> fused_add_rms_norm(const torch::Tensor& x, const torch::Tensor& r,
                                                            const torch::Tensor& weight, double eps,
                                                            torch::ScalarType out_dtype);
+
+// RMSNorm of CPU rows (the add + norm kernel without the add): reference_rms_norm(x, w, eps)
+// in `out_dtype` (fp32 or bf16), forward and backward in one pass each.
+torch::Tensor cpu_fused_rms_norm(const torch::Tensor& x, const torch::Tensor& weight, double eps, torch::ScalarType out_dtype);
+
+// The chunked loss's row work on the CPU, in place: returns the sum over the rows of
+// logits [n, V] (contiguous, fp32 or bf16) of -log softmax(row)[target], and with grad_scale
+// != 0 overwrites each row with grad_scale * (softmax(row) - onehot(target)) in its dtype. No
+// autograd (linear_cross_entropy's Function calls it). Targets int64 [n], each in [0, V).
+double cpu_softmax_xent_(const torch::Tensor& logits, const torch::Tensor& targets, double grad_scale);
 
 }  // namespace lm::model

@@ -23,6 +23,17 @@ torch::ScalarType compute_dtype(const torch::Tensor& h) {
   return h.scalar_type();
 }
 
+// Whether lmforge's own kernel runs on `t`: the CUDA one where its switch is on, the CPU one
+// where its switch is on and it takes the dtype.
+bool own_kernel(const torch::Tensor& t, bool cuda_on, bool cpu_on) {
+  return t.is_cuda() ? cuda_on : cpu_on && cpu_kernels_take(t);
+}
+
+// The registry name of a path whose CUDA and CPU kernels share one wrapper.
+const char* per_device(const torch::Tensor& t, const char* cuda_name, const char* cpu_name) {
+  return t.is_cuda() ? cuda_name : cpu_name;
+}
+
 }  // namespace
 
 namespace {
@@ -66,6 +77,11 @@ torch::Tensor fused_rms_norm(const torch::Tensor& x, const torch::Tensor& weight
 
 torch::Tensor RMSNormImpl::forward(const torch::Tensor& x) {
   if (use_fused && x.is_cuda()) return fused_rms_norm(x, weight, eps_);
+  const auto out_dtype = compute_dtype(x);
+  if (use_cpu_kernel && cpu_kernels_take(x) && (out_dtype == torch::kFloat32 || out_dtype == torch::kBFloat16)) {
+    auto y = cpu_fused_rms_norm(x, weight, eps_, out_dtype);
+    return debug_break_fast_path("rms_norm.cpu") ? y * 1.05 : y;
+  }
   return reference_rms_norm(x, weight, eps_);
 }
 
@@ -148,8 +164,27 @@ int64_t lce_chunk_rows(const torch::Tensor& h, int64_t vocab, int64_t requested)
 // than softmax); the loss is -log p[target], exact in fp32 unless p[target] underflows (a row
 // more than ~69 nats wrong), and such rows are recomputed exactly with log_softmax. The
 // gradient is (p - onehot) / N, the same values autograd forms from log_softmax.
+// The same with lmforge's CPU kernel (cpu_softmax_xent_): each chunk's logits are written by the
+// matmul straight into `grad`'s rows (or a scratch chunk without it), and one pass over each row
+// forms the log-sum-exp, the loss and (p - onehot) / N in place. Exact where p[target] underflows.
+torch::Tensor lce_chunks_cpu(const torch::Tensor& hc, const torch::Tensor& wc, const torch::Tensor& targets,
+                             int64_t chunk, torch::Tensor* grad) {
+  const int64_t N = hc.size(0);
+  const double inv_n = 1.0 / static_cast<double>(N);
+  auto scratch = grad != nullptr ? torch::Tensor() : torch::empty({std::min(chunk, N), wc.size(0)}, hc.options());
+  double total = 0;
+  for (int64_t s = 0; s < N; s += chunk) {
+    const int64_t n = std::min(chunk, N - s);
+    auto logits = grad != nullptr ? grad->narrow(0, s, n) : scratch.narrow(0, 0, n);  // [n, V]
+    torch::mm_out(logits, hc.narrow(0, s, n), wc.t());
+    total += cpu_softmax_xent_(logits, targets.narrow(0, s, n), grad != nullptr ? inv_n : 0.0);
+  }
+  return torch::scalar_tensor(total * inv_n, hc.options().dtype(torch::kFloat32));
+}
+
 torch::Tensor lce_chunks(const torch::Tensor& hc, const torch::Tensor& wc, const torch::Tensor& targets,
-                         int64_t chunk, torch::Tensor* grad) {
+                         int64_t chunk, torch::Tensor* grad, bool cpu_kernel) {
+  if (cpu_kernel && cpu_kernels_take(hc)) return lce_chunks_cpu(hc, wc, targets, chunk, grad);
   const int64_t N = hc.size(0);
   const double inv_n = 1.0 / static_cast<double>(N);
   auto total = torch::zeros({}, hc.options().dtype(torch::kFloat32));
@@ -185,14 +220,15 @@ torch::Tensor lce_chunks(const torch::Tensor& hc, const torch::Tensor& wc, const
 
 struct LinearCrossEntropy : public torch::autograd::Function<LinearCrossEntropy> {
   static torch::Tensor forward(torch::autograd::AutogradContext* ctx, const torch::Tensor& h,
-                               const torch::Tensor& w, const torch::Tensor& targets, int64_t chunk) {
+                               const torch::Tensor& w, const torch::Tensor& targets, int64_t chunk,
+                               bool cpu_kernel) {
     const auto dt = compute_dtype(h);
     // The casts and matmuls below are chosen here; autocast must not re-cast inside.
     c10::impl::ExcludeDispatchKeyGuard no_autocast(c10::autocast_dispatch_keyset);
     auto hc = h.to(dt).contiguous();
     auto wc = w.to(dt).contiguous();
     auto grad = torch::empty({hc.size(0), wc.size(0)}, hc.options());
-    auto loss = lce_chunks(hc, wc, targets, chunk, &grad);
+    auto loss = lce_chunks(hc, wc, targets, chunk, &grad, cpu_kernel);
     ctx->save_for_backward({hc, wc, grad});
     ctx->saved_data["h_dtype"] = static_cast<int64_t>(h.scalar_type());
     ctx->saved_data["w_dtype"] = static_cast<int64_t>(w.scalar_type());
@@ -210,27 +246,30 @@ struct LinearCrossEntropy : public torch::autograd::Function<LinearCrossEntropy>
     const auto w_dtype = static_cast<torch::ScalarType>(ctx->saved_data["w_dtype"].toInt());
     auto gh = torch::mm(g, wc).to(h_dtype).mul_(go);      // [N, C]
     auto gw = torch::mm(g.t(), hc).to(w_dtype).mul_(go);  // [V, C]
-    return {gh, gw, torch::Tensor(), torch::Tensor()};
+    return {gh, gw, torch::Tensor(), torch::Tensor(), torch::Tensor()};
   }
 };
 
 }  // namespace
 
 torch::Tensor linear_cross_entropy(const torch::Tensor& h, const torch::Tensor& w,
-                                   const torch::Tensor& targets, int64_t chunk_rows) {
+                                   const torch::Tensor& targets, int64_t chunk_rows, bool cpu_kernel) {
   TORCH_CHECK(h.dim() == 2 && w.dim() == 2 && h.size(1) == w.size(1), "linear_cross_entropy: h ",
               h.sizes(), " and w ", w.sizes(), " do not match");
   TORCH_CHECK(targets.dim() == 1 && targets.size(0) == h.size(0), "linear_cross_entropy: targets ",
               targets.sizes(), " for h ", h.sizes());
   const int64_t chunk = lce_chunk_rows(h, w.size(0), chunk_rows);
-  auto t = targets.to(torch::kInt64);
+  auto t = targets.to(torch::kInt64).contiguous();
+  const bool broken = debug_break_fast_path("loss.chunked") ||
+                      (cpu_kernel && h.is_cpu() && debug_break_fast_path("cross_entropy.cpu"));
   if (torch::GradMode::is_enabled() && (h.requires_grad() || w.requires_grad())) {
-    auto loss = LinearCrossEntropy::apply(h, w, t, chunk);
-    return debug_break_fast_path("loss.chunked") ? loss * 1.05 : loss;
+    auto loss = LinearCrossEntropy::apply(h, w, t, chunk, cpu_kernel);
+    return broken ? loss * 1.05 : loss;
   }
   const auto dt = compute_dtype(h);
   c10::impl::ExcludeDispatchKeyGuard no_autocast(c10::autocast_dispatch_keyset);
-  return lce_chunks(h.to(dt).contiguous(), w.to(dt).contiguous(), t, chunk, nullptr);
+  auto loss = lce_chunks(h.to(dt).contiguous(), w.to(dt).contiguous(), t, chunk, nullptr, cpu_kernel);
+  return broken ? loss * 1.05 : loss;
 }
 
 torch::Tensor reference_linear_cross_entropy(const torch::Tensor& h, const torch::Tensor& w,
@@ -257,16 +296,17 @@ torch::Tensor AttentionImpl::forward(const torch::Tensor& x, const torch::Tensor
                                      const torch::Tensor& sin) {
   const int64_t B = x.size(0), T = x.size(1);
   // x: [B, T, C] -> q: [B, H, T, D], k, v: [B, Hkv, T, D]
+  auto qp = q_proj(x).view({B, T, n_heads_, head_dim_});
+  auto kp = k_proj(x).view({B, T, n_kv_heads_, head_dim_});
   torch::Tensor q, k;
-  if (use_cuda_rope && x.is_cuda()) {  // rotated in [B, T, H, D], q and k in one kernel
-    auto [rq, rk] = fused_rope(q_proj(x).view({B, T, n_heads_, head_dim_}),
-                               k_proj(x).view({B, T, n_kv_heads_, head_dim_}), cos, sin);
+  if (own_kernel(qp, use_cuda_rope, use_cpu_rope)) {  // rotated in [B, T, H, D], q and k in one kernel
+    auto [rq, rk] = fused_rope(qp, kp, cos, sin);
     q = rq.transpose(1, 2);
     k = rk.transpose(1, 2);
-    if (debug_break_fast_path("rope.cuda")) q = q * 1.05;
+    if (debug_break_fast_path(per_device(qp, "rope.cuda", "rope.cpu"))) q = q * 1.05;
   } else {
-    q = apply_rotary(q_proj(x).view({B, T, n_heads_, head_dim_}).transpose(1, 2), cos, sin);
-    k = apply_rotary(k_proj(x).view({B, T, n_kv_heads_, head_dim_}).transpose(1, 2), cos, sin);
+    q = apply_rotary(qp.transpose(1, 2), cos, sin);
+    k = apply_rotary(kp.transpose(1, 2), cos, sin);
   }
   auto v = v_proj(x).view({B, T, n_kv_heads_, head_dim_}).transpose(1, 2);
   torch::Tensor y;
@@ -329,11 +369,11 @@ MLPImpl::MLPImpl(const ModelConfig& cfg) {
 }
 
 torch::Tensor MLPImpl::forward(const torch::Tensor& x) {
-  if (use_cuda_swiglu && x.is_cuda()) {
-    auto h = fused_swiglu(gate_proj(x), up_proj(x));
-    return down_proj(debug_break_fast_path("swiglu.cuda") ? h * 1.05 : h);
-  }
   auto g = gate_proj(x);
+  if (own_kernel(g, use_cuda_swiglu, use_cpu_swiglu)) {
+    auto h = fused_swiglu(g, up_proj(x));
+    return down_proj(debug_break_fast_path(per_device(g, "swiglu.cuda", "swiglu.cpu")) ? h * 1.05 : h);
+  }
   // LibTorch's CPU SiLU on bf16 runs ~2.5x slower forward and ~3x backward than on fp32 plus the
   // two casts (docs/performance.md, "Profile"); on CUDA the bf16 kernel is the fast one.
   if (g.scalar_type() == torch::kBFloat16 && g.device().is_cpu()) {
@@ -440,6 +480,32 @@ void TransformerImpl::set_cuda_rope(bool on) {
   cuda_rope_ = on;
 }
 
+void TransformerImpl::set_cpu_kernels(bool on) {
+  set_cpu_rms_norm(on);
+  set_cpu_add_norm(on);
+  set_cpu_swiglu(on);
+  set_cpu_rope(on);
+  set_cpu_cross_entropy(on);
+}
+
+void TransformerImpl::set_cpu_rms_norm(bool on) {
+  for (auto& layer : *model->layers) {
+    layer->as<BlockImpl>()->input_layernorm->use_cpu_kernel = on;
+    layer->as<BlockImpl>()->post_attention_layernorm->use_cpu_kernel = on;
+  }
+  model->norm->use_cpu_kernel = on;
+}
+
+void TransformerImpl::set_cpu_swiglu(bool on) {
+  for (auto& layer : *model->layers) layer->as<BlockImpl>()->mlp->use_cpu_swiglu = on;
+  cpu_swiglu_ = on;
+}
+
+void TransformerImpl::set_cpu_rope(bool on) {
+  for (auto& layer : *model->layers) layer->as<BlockImpl>()->self_attn->use_cpu_rope = on;
+  cpu_rope_ = on;
+}
+
 void TransformerImpl::set_debug_break_causality(bool on) {
   for (auto& layer : *model->layers) layer->as<BlockImpl>()->self_attn->debug_break_causality = on;
 }
@@ -451,25 +517,27 @@ torch::Tensor TransformerImpl::hidden(const torch::Tensor& tokens) {
               cfg_.max_seq_len);
   auto [cos, sin] = rotary_tables(T, cfg_.head_dim(), cfg_.rope_theta, 0, tokens.device());
   auto x = model->embed_tokens(tokens);  // [B, T, C]
-  // With the fused add + norm on, the regrouped loop runs on every device (on the CPU its add and
-  // norm stay apart, so the CPU tests check the regrouping bit for bit).
-  if (cuda_add_norm_ && !model->layers->is_empty()) return hidden_add_norm(x, cos, sin);
+  // With a fused add + norm on, the regrouped loop runs (with the CUDA switch on a CPU too, where
+  // its add and norm then stay apart, so the CPU tests check the regrouping bit for bit).
+  if ((cuda_add_norm_ || (cpu_add_norm_ && x.is_cpu())) && !model->layers->is_empty())
+    return hidden_add_norm(x, cos, sin);
   for (auto& layer : *model->layers) x = layer->as<BlockImpl>()->forward(x, cos, sin);
   return model->norm(x);
 }
 
 namespace {
 // The residual stream advanced by `delta` and normalised by `norm` for the next sublayer:
-// lmforge's kernel where it takes the inputs, else the add and the norm module as in Block.
+// lmforge's kernel where `use_kernel` and it takes the inputs, else the add and the norm module
+// as in Block.
 std::pair<torch::Tensor, torch::Tensor> add_norm(const torch::Tensor& resid, const torch::Tensor& delta,
-                                                 RMSNormImpl& norm) {
+                                                 RMSNormImpl& norm, bool use_kernel) {
   const auto out_dtype = compute_dtype(resid);
-  if (!fused_add_rms_norm_takes(resid, delta, out_dtype)) {
+  if (!use_kernel || !fused_add_rms_norm_takes(resid, delta, out_dtype)) {
     auto s = resid + delta;
     return {s, norm.forward(s)};
   }
   auto [s, y] = fused_add_rms_norm(resid, delta, norm.weight, norm.eps(), out_dtype);
-  return {s, debug_break_fast_path("add_rms_norm.cuda") ? y * 1.05 : y};
+  return {s, debug_break_fast_path(per_device(resid, "add_rms_norm.cuda", "add_rms_norm.cpu")) ? y * 1.05 : y};
 }
 }  // namespace
 
@@ -479,12 +547,13 @@ std::pair<torch::Tensor, torch::Tensor> add_norm(const torch::Tensor& resid, con
 torch::Tensor TransformerImpl::hidden_add_norm(torch::Tensor x, const torch::Tensor& cos, const torch::Tensor& sin) {
   auto& layers = *model->layers;
   const size_t L = layers.size();
+  const bool kernel = x.is_cuda() ? cuda_add_norm_ : cpu_add_norm_;
   auto normed = layers[0]->as<BlockImpl>()->input_layernorm(x);
   for (size_t l = 0; l < L; ++l) {
     auto* block = layers[l]->as<BlockImpl>();
-    std::tie(x, normed) = add_norm(x, block->self_attn(normed, cos, sin), *block->post_attention_layernorm);
+    std::tie(x, normed) = add_norm(x, block->self_attn(normed, cos, sin), *block->post_attention_layernorm, kernel);
     RMSNormImpl& next = l + 1 < L ? *layers[l + 1]->as<BlockImpl>()->input_layernorm : *model->norm;
-    std::tie(x, normed) = add_norm(x, block->mlp(normed), next);
+    std::tie(x, normed) = add_norm(x, block->mlp(normed), next, kernel);
   }
   return normed;
 }
@@ -506,7 +575,7 @@ torch::Tensor TransformerImpl::loss(const torch::Tensor& window) {
   // their fp32 log-probabilities and the autograd graph over them were the largest memory
   // traffic of a CPU step (docs/performance.md).
   if (!chunked_loss_) return reference_linear_cross_entropy(h.reshape({-1, h.size(-1)}), w, targets.reshape({-1}));
-  return linear_cross_entropy(h.reshape({-1, h.size(-1)}), w, targets.reshape({-1}));
+  return linear_cross_entropy(h.reshape({-1, h.size(-1)}), w, targets.reshape({-1}), 0, cpu_xent_);
 }
 
 torch::Tensor TransformerImpl::forward_cached(const torch::Tensor& tokens, KVCache& cache) {

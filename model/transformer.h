@@ -17,15 +17,16 @@ namespace lm::model {
 
 // Fast paths can be broken on purpose for the start-up verification's tests (model/verify.h):
 // the named path ("attention.sdpa", "rms_norm.aten", "loss.chunked", "swiglu.cuda", "rope.cuda",
-// "add_rms_norm.cuda") then scales its output by
+// "add_rms_norm.cuda", "rms_norm.cpu", "add_rms_norm.cpu", "swiglu.cpu", "rope.cpu",
+// "cross_entropy.cpu") then scales its output by
 // 1.05. Empty (the default) breaks nothing; a process-wide setting, read on every call.
 void set_debug_break_fast_path(const std::string& name);
 bool debug_break_fast_path(const char* name);
 
 // RMSNorm (Zhang & Sennrich 2019): x / sqrt(mean(x^2) + eps) * weight, computed in fp32.
 // The reference is four element-wise ops; on CUDA the fast path is ATen's rms_norm (one fused
-// kernel forward and backward, _fused_rms_norm). CPUs keep the reference: it is the one the
-// trajectory and resume tests pin bit for bit.
+// kernel forward and backward, _fused_rms_norm). On CPUs the fast path is lmforge's own kernel
+// (cpu_fused_rms_norm in model/fused_ops.h, "rms_norm.cpu").
 torch::Tensor reference_rms_norm(const torch::Tensor& x, const torch::Tensor& weight, double eps);
 torch::Tensor fused_rms_norm(const torch::Tensor& x, const torch::Tensor& weight, double eps);
 
@@ -35,6 +36,7 @@ class RMSNormImpl : public torch::nn::Module {
   torch::Tensor forward(const torch::Tensor& x);
   torch::Tensor weight;
   bool use_fused = true;  // on CUDA only
+  bool use_cpu_kernel = true;  // lmforge's CPU kernel on fp32/bf16 CPU tensors
   double eps() const { return eps_; }
 
  private:
@@ -67,9 +69,12 @@ bool is_sdpa_backend(const std::string& name);
 // and the gradient of the logits ((softmax - onehot) / N, in the compute dtype) is formed in the
 // same pass, so the backward is two matmuls. h: [N, C], w: [V, C], targets: [N] int64.
 // Compute dtype: the autocast dtype when autocast is on for h's device, else h's dtype.
-// chunk_rows 0 picks ~4 MB of fp32 logits per chunk on CPU, 1 GB on GPUs.
+// chunk_rows 0 picks ~4 MB of fp32 logits per chunk on CPU, 1 GB on GPUs. cpu_kernel: on fp32
+// or bf16 CPU tensors each chunk's softmax, loss and gradient are one pass of lmforge's kernel
+// over the rows (cpu_softmax_xent_, "cross_entropy.cpu") instead of the ATen ops.
 torch::Tensor linear_cross_entropy(const torch::Tensor& h, const torch::Tensor& w,
-                                   const torch::Tensor& targets, int64_t chunk_rows = 0);
+                                   const torch::Tensor& targets, int64_t chunk_rows = 0,
+                                   bool cpu_kernel = false);
 // The reference it must equal: nll_loss(log_softmax(h · wᵀ in fp32)).
 torch::Tensor reference_linear_cross_entropy(const torch::Tensor& h, const torch::Tensor& w,
                                              const torch::Tensor& targets);
@@ -95,6 +100,7 @@ class AttentionImpl : public torch::nn::Module {
   torch::nn::Linear q_proj{nullptr}, k_proj{nullptr}, v_proj{nullptr}, o_proj{nullptr};
   bool use_fused = true;
   bool use_cuda_rope = false;  // lmforge's rotary kernel for q and k (model/fused_ops.h), CUDA only
+  bool use_cpu_rope = true;    // the same on fp32/bf16 CPU tensors
   bool debug_break_causality = false;  // for the causality test only: drops the mask
 
  private:
@@ -109,6 +115,7 @@ class MLPImpl : public torch::nn::Module {
   torch::Tensor forward(const torch::Tensor& x);
   torch::nn::Linear gate_proj{nullptr}, up_proj{nullptr}, down_proj{nullptr};
   bool use_cuda_swiglu = false;  // lmforge's SwiGLU kernel (model/fused_ops.h), CUDA only
+  bool use_cpu_swiglu = true;    // the same on fp32/bf16 CPU tensors
 };
 TORCH_MODULE(MLP);
 
@@ -173,6 +180,21 @@ class TransformerImpl : public torch::nn::Module {
   bool cuda_swiglu() const { return cuda_swiglu_; }
   bool cuda_rope() const { return cuda_rope_; }
   bool cuda_add_norm() const { return cuda_add_norm_; }
+  // lmforge's own CPU kernels (model/fused_ops.h; on by default, checked against their
+  // references at every start-up like the CUDA ones; train.hardware.fast_paths_off turns each
+  // off): RMSNorm, each residual add with the norm after it, SwiGLU, rotary q/k, and the
+  // cross-entropy rows of the chunked loss. They act on fp32 and bf16 CPU tensors only.
+  void set_cpu_kernels(bool on);
+  void set_cpu_rms_norm(bool on);
+  void set_cpu_add_norm(bool on) { cpu_add_norm_ = on; }
+  void set_cpu_swiglu(bool on);
+  void set_cpu_rope(bool on);
+  void set_cpu_cross_entropy(bool on) { cpu_xent_ = on; }
+  bool cpu_rms_norm() const { return model->norm->use_cpu_kernel; }
+  bool cpu_add_norm() const { return cpu_add_norm_; }
+  bool cpu_swiglu() const { return cpu_swiglu_; }
+  bool cpu_rope() const { return cpu_rope_; }
+  bool cpu_cross_entropy() const { return cpu_xent_; }
   void set_debug_break_causality(bool on);
 
   const ModelConfig& config() const { return cfg_; }
@@ -184,7 +206,8 @@ class TransformerImpl : public torch::nn::Module {
   ModelConfig cfg_;
   bool chunked_loss_ = true;
   bool cuda_swiglu_ = false, cuda_rope_ = false, cuda_add_norm_ = false;
-  // hidden() with each residual add fused into the RMSNorm after it (CUDA).
+  bool cpu_swiglu_ = true, cpu_rope_ = true, cpu_add_norm_ = true, cpu_xent_ = true;
+  // hidden() with each residual add fused into the RMSNorm after it.
   torch::Tensor hidden_add_norm(torch::Tensor x, const torch::Tensor& cos, const torch::Tensor& sin);
 };
 TORCH_MODULE(Transformer);

@@ -192,7 +192,9 @@ FastPathCheck check_rms_norm(Transformer& m, torch::Device device, torch::Scalar
                  });
 }
 
-FastPathCheck check_chunked_loss(Transformer& m, torch::Device device, torch::ScalarType dt, uint64_t seed) {
+// The chunked loss (with lmforge's CPU row kernel inside when `cpu_kernel`) against the reference.
+FastPathCheck check_chunked_loss_with(const std::string& name, bool cpu_kernel, Transformer& m, torch::Device device,
+                                      torch::ScalarType dt, uint64_t seed) {
   const auto& cfg = m->config();
   auto gen = at::detail::createCPUGenerator(seed);
   const int64_t N = 2 * kCheckSeq;
@@ -202,29 +204,60 @@ FastPathCheck check_chunked_loss(Transformer& m, torch::Device device, torch::Sc
   auto targets = at::randint(cfg.vocab_size, {N}, gen, torch::TensorOptions().dtype(torch::kInt64)).to(device);
   // Several chunks and a partial last one, as a long sequence would have.
   const int64_t chunk = N / 3;
-  return compare("loss.chunked", "chunked linear_cross_entropy vs nll_loss(log_softmax(h wT))", dt, in, {},
-                 [&](bool fast, const std::vector<torch::Tensor>& x) {
-                   return fast ? linear_cross_entropy(x[0], x[1], targets, chunk)
+  return compare(name,
+                 cpu_kernel ? "chunked linear_cross_entropy with lmforge's CPU softmax cross-entropy rows vs "
+                              "nll_loss(log_softmax(h wT))"
+                            : "chunked linear_cross_entropy vs nll_loss(log_softmax(h wT))",
+                 dt, in, {}, [&](bool fast, const std::vector<torch::Tensor>& x) {
+                   return fast ? linear_cross_entropy(x[0], x[1], targets, chunk, cpu_kernel)
                                : reference_linear_cross_entropy(x[0], x[1], targets);
                  });
 }
 
-FastPathCheck check_cuda_swiglu(Transformer& m, torch::Device device, torch::ScalarType dt, uint64_t seed) {
+FastPathCheck check_chunked_loss(Transformer& m, torch::Device device, torch::ScalarType dt, uint64_t seed) {
+  return check_chunked_loss_with("loss.chunked", false, m, device, dt, seed);
+}
+
+FastPathCheck check_cpu_cross_entropy(Transformer& m, torch::Device device, torch::ScalarType dt, uint64_t seed) {
+  return check_chunked_loss_with("cross_entropy.cpu", true, m, device, dt, seed);
+}
+
+FastPathCheck check_cpu_rms_norm(Transformer& m, torch::Device device, torch::ScalarType dt, uint64_t seed) {
+  const auto& cfg = m->config();
+  auto gen = at::detail::createCPUGenerator(seed);
+  // As check_rms_norm: the fp32 residual stream in, the compute dtype out.
+  std::vector<torch::Tensor> in = {rand_input({2, kCheckSeq, cfg.d_model}, gen, device, torch::kFloat32),
+                                   (1.0 + rand_input({cfg.d_model}, gen, device, torch::kFloat32, 0.1))};
+  for (auto& x : in) x.set_requires_grad(true);
+  auto up = rand_input({2, kCheckSeq, cfg.d_model}, gen, device, dt);
+  const double eps = cfg.norm_eps;
+  return compare("rms_norm.cpu", "lmforge's CPU RMSNorm kernel vs fp32 x * rsqrt(mean(x^2) + eps) * w", dt, in, up,
+                 [&](bool fast, const std::vector<torch::Tensor>& x) {
+                   if (!fast) return reference_rms_norm(x[0], x[1], eps).to(dt);
+                   auto y = cpu_fused_rms_norm(x[0], x[1], eps, dt);
+                   return debug_break_fast_path("rms_norm.cpu") ? y * 1.05 : y;
+                 });
+}
+
+// lmforge's own kernels, one wrapper for CUDA and CPU: `name` is the registry entry checked.
+FastPathCheck check_own_swiglu(const std::string& name, Transformer& m, torch::Device device, torch::ScalarType dt,
+                               uint64_t seed) {
   const auto& cfg = m->config();
   auto gen = at::detail::createCPUGenerator(seed);
   std::vector<torch::Tensor> in = {rand_input({2, kCheckSeq, cfg.d_ff}, gen, device, dt),
                                    rand_input({2, kCheckSeq, cfg.d_ff}, gen, device, dt)};
   for (auto& x : in) x.set_requires_grad(true);
   auto up = rand_input({2, kCheckSeq, cfg.d_ff}, gen, device, dt);
-  return compare("swiglu.cuda", "lmforge's SwiGLU kernel vs F::silu(a) * b", dt, in, up,
+  return compare(name, "lmforge's SwiGLU kernel vs F::silu(a) * b", dt, in, up,
                  [&](bool fast, const std::vector<torch::Tensor>& x) {
                    if (!fast) return torch::nn::functional::silu(x[0]) * x[1];
                    auto y = fused_swiglu(x[0], x[1]);
-                   return debug_break_fast_path("swiglu.cuda") ? y * 1.05 : y;
+                   return debug_break_fast_path(name.c_str()) ? y * 1.05 : y;
                  });
 }
 
-FastPathCheck check_cuda_rope(Transformer& m, torch::Device device, torch::ScalarType dt, uint64_t seed) {
+FastPathCheck check_own_rope(const std::string& name, Transformer& m, torch::Device device, torch::ScalarType dt,
+                             uint64_t seed) {
   const auto& cfg = m->config();
   const int64_t H = cfg.n_heads, Hkv = cfg.n_kv_heads, D = cfg.head_dim();
   const int64_t T = std::min<int64_t>(cfg.max_seq_len, kCheckSeq);
@@ -232,19 +265,20 @@ FastPathCheck check_cuda_rope(Transformer& m, torch::Device device, torch::Scala
   std::vector<torch::Tensor> in = {rand_input({2, T, H, D}, gen, device, dt), rand_input({2, T, Hkv, D}, gen, device, dt)};
   for (auto& x : in) x.set_requires_grad(true);
   auto [cos, sin] = rotary_tables(T, D, cfg.rope_theta, 0, device);
-  return compare("rope.cuda", "lmforge's rotary kernel (q and k in one pass) vs apply_rotary", dt, in, {},
+  return compare(name, "lmforge's rotary kernel (q and k in one pass) vs apply_rotary", dt, in, {},
                  [&](bool fast, const std::vector<torch::Tensor>& x) {
                    if (!fast)  // the model's reference: [B, H, T, D], back to [B, T, H, D] to compare
                      return torch::cat({apply_rotary(x[0].transpose(1, 2), cos, sin).transpose(1, 2).flatten(),
                                         apply_rotary(x[1].transpose(1, 2), cos, sin).transpose(1, 2).flatten()});
                    auto [q, k] = fused_rope(x[0], x[1], cos, sin);
                    auto y = torch::cat({q.flatten(), k.flatten()});
-                   return debug_break_fast_path("rope.cuda") ? y * 1.05 : y;
+                   return debug_break_fast_path(name.c_str()) ? y * 1.05 : y;
                  });
 }
 
 
-FastPathCheck check_cuda_add_norm(Transformer& m, torch::Device device, torch::ScalarType dt, uint64_t seed) {
+FastPathCheck check_own_add_norm(const std::string& name, Transformer& m, torch::Device device, torch::ScalarType dt,
+                                 uint64_t seed) {
   const auto& cfg = m->config();
   auto gen = at::detail::createCPUGenerator(seed);
   // As in the model under autocast: the residual stream in fp32, the sublayer's output and the
@@ -256,18 +290,26 @@ FastPathCheck check_cuda_add_norm(Transformer& m, torch::Device device, torch::S
   for (auto& x : in) x.set_requires_grad(true);
   auto up = rand_input({2 * shape[0] * shape[1] * shape[2]}, gen, device, torch::kFloat32);
   const double eps = cfg.norm_eps;
-  return compare("add_rms_norm.cuda", "lmforge's residual add + RMSNorm kernel vs x + r, then the fp32 RMSNorm", dt,
+  return compare(name, "lmforge's residual add + RMSNorm kernel vs x + r, then the fp32 RMSNorm", dt,
                  in, up, [&](bool fast, const std::vector<torch::Tensor>& x) {
                    torch::Tensor s, y;
                    if (fast) {
                      std::tie(s, y) = fused_add_rms_norm(x[0], x[1], x[2], eps, dt);
-                     if (debug_break_fast_path("add_rms_norm.cuda")) y = y * 1.05;
+                     if (debug_break_fast_path(name.c_str())) y = y * 1.05;
                    } else {
                      s = x[0] + x[1];
                      y = reference_rms_norm(s, x[2], eps).to(dt);
                    }
                    return torch::cat({s.flatten().to(torch::kFloat32), y.flatten().to(torch::kFloat32)});
                  });
+}
+
+// The check of `fn` (one of the check_own_* above) under the registry name `name`.
+template <class Fn>
+std::function<FastPathCheck(Transformer&, torch::Device, torch::ScalarType, uint64_t)> named(std::string name, Fn fn) {
+  return [name, fn](Transformer& m, torch::Device d, torch::ScalarType dt, uint64_t seed) {
+    return fn(name, m, d, dt, seed);
+  };
 }
 
 }  // namespace
@@ -281,11 +323,23 @@ const std::vector<FastPath>& fast_paths() {
       {"loss.chunked", [](Transformer& m, torch::Device) { return m->chunked_loss(); }, check_chunked_loss,
        [](Transformer& m) { m->set_chunked_loss(false); }},
       {"swiglu.cuda", [](Transformer& m, torch::Device d) { return d.is_cuda() && m->cuda_swiglu(); },
-       check_cuda_swiglu, [](Transformer& m) { m->set_cuda_swiglu(false); }},
-      {"rope.cuda", [](Transformer& m, torch::Device d) { return d.is_cuda() && m->cuda_rope(); }, check_cuda_rope,
-       [](Transformer& m) { m->set_cuda_rope(false); }},
+       named("swiglu.cuda", check_own_swiglu), [](Transformer& m) { m->set_cuda_swiglu(false); }},
+      {"rope.cuda", [](Transformer& m, torch::Device d) { return d.is_cuda() && m->cuda_rope(); },
+       named("rope.cuda", check_own_rope), [](Transformer& m) { m->set_cuda_rope(false); }},
       {"add_rms_norm.cuda", [](Transformer& m, torch::Device d) { return d.is_cuda() && m->cuda_add_norm(); },
-       check_cuda_add_norm, [](Transformer& m) { m->set_cuda_add_norm(false); }},
+       named("add_rms_norm.cuda", check_own_add_norm), [](Transformer& m) { m->set_cuda_add_norm(false); }},
+      // lmforge's own CPU kernels (issue 32): on by default, so every CPU start-up checks them.
+      {"rms_norm.cpu", [](Transformer& m, torch::Device d) { return d.is_cpu() && m->cpu_rms_norm(); },
+       check_cpu_rms_norm, [](Transformer& m) { m->set_cpu_rms_norm(false); }},
+      {"add_rms_norm.cpu", [](Transformer& m, torch::Device d) { return d.is_cpu() && m->cpu_add_norm(); },
+       named("add_rms_norm.cpu", check_own_add_norm), [](Transformer& m) { m->set_cpu_add_norm(false); }},
+      {"swiglu.cpu", [](Transformer& m, torch::Device d) { return d.is_cpu() && m->cpu_swiglu(); },
+       named("swiglu.cpu", check_own_swiglu), [](Transformer& m) { m->set_cpu_swiglu(false); }},
+      {"rope.cpu", [](Transformer& m, torch::Device d) { return d.is_cpu() && m->cpu_rope(); },
+       named("rope.cpu", check_own_rope), [](Transformer& m) { m->set_cpu_rope(false); }},
+      {"cross_entropy.cpu",
+       [](Transformer& m, torch::Device d) { return d.is_cpu() && m->chunked_loss() && m->cpu_cross_entropy(); },
+       check_cpu_cross_entropy, [](Transformer& m) { m->set_cpu_cross_entropy(false); }},
   };
   return registry;
 }

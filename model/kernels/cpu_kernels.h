@@ -1,0 +1,46 @@
+// lmforge's own CPU kernels for the training step's memory-bound work (issue 32): the CPU twins
+// of model/kernels/fused_kernels.h's CUDA kernels (SwiGLU, rotary q/k, residual add + RMSNorm)
+// and the softmax cross-entropy of the chunked loss's rows. Raw pointers, no torch types; each
+// call splits its rows (or elements) over ATen's intra-op threads (at::parallel_for), and each
+// loop is compiled for AVX-512, AVX2+FMA and baseline x86-64 with the one the CPU supports
+// picked at load time (GCC target_clones). fp32 arithmetic on fp32 or bf16 storage; the
+// per-element math is model/kernels/fused_math.h's. model/fused_ops.h wraps them as autograd
+// functions checked against their references at every start-up (model/verify.cpp).
+#pragma once
+
+#include <cstdint>
+
+#include "model/kernels/fused_kernels.h"  // DType
+
+namespace lm::kernels::cpu {
+
+// True when the storage dtype is one these kernels take (fp32, bf16).
+bool takes(DType dt);
+
+// y = silu(a) * b over n contiguous elements of `dt`.
+void swiglu_forward(const void* a, const void* b, void* y, int64_t n, DType dt);
+// da = g b silu'(a), db = g silu(a).
+void swiglu_backward(const void* a, const void* b, const void* g, void* da, void* db, int64_t n, DType dt);
+
+// q [B, T, Hq, D] and k [B, T, Hk, D] (contiguous, `dt`) rotated into yq, yk by cos/sin [T, D]
+// (fp32, "rotate half" layout); `inverse` rotates by -theta (the backward pass).
+void rope(const void* q, const void* k, void* yq, void* yk, const float* cos, const float* sin, int64_t B, int64_t T,
+          int64_t Hq, int64_t Hk, int64_t D, bool inverse, DType dt);
+
+// Per row of C: s = x + r stored in `residual` (x's dtype; with r null, s is x and not written),
+// y = s * rstd * w in `compute`, rstd = 1 / sqrt(mean(s^2) + eps) kept (fp32 [rows]).
+void add_rms_norm_forward(const void* x, const void* r, const float* w, void* s, void* y, float* rstd, int64_t rows,
+                          int64_t C, float eps, DType residual, DType compute);
+// ds = rstd (dy w - n mean(dy w n)) + ds_in, n = s rstd (ds in `residual`, dy in `compute`,
+// ds_in in `residual` or null), and dw = sum over rows of dy n (fp32 [C]), summed in fixed
+// blocks of rows so the result does not depend on the thread count.
+void add_rms_norm_backward(const void* dy, const void* ds_in, const void* s, const float* w, const float* rstd,
+                           void* ds, float* dw, int64_t rows, int64_t C, DType residual, DType compute);
+
+// Softmax cross-entropy of n rows of V logits (contiguous, `dt`) against targets (int64, each
+// in [0, V)): returns the sum over rows of -log softmax(row)[target] (exact log-sum-exp in fp32,
+// no underflow fallback needed), and with `grad_scale` != 0 overwrites each row with
+// grad_scale * (softmax(row) - onehot(target)) in `dt`.
+double softmax_xent(void* logits, const int64_t* targets, int64_t n, int64_t V, float grad_scale, DType dt);
+
+}  // namespace lm::kernels::cpu
