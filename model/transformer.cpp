@@ -454,12 +454,20 @@ bool TransformerImpl::fused_attention() const {
 
 bool TransformerImpl::fused_rms_norm() const { return model->norm->use_fused; }
 
-void TransformerImpl::set_fused_rms_norm(bool on) {
-  for (auto& layer : *model->layers) {
-    layer->as<BlockImpl>()->input_layernorm->use_fused = on;
-    layer->as<BlockImpl>()->post_attention_layernorm->use_fused = on;
+namespace {
+// Every RMSNorm of the decoder: each block's two and the final one.
+template <class Fn>
+void each_norm(DecoderImpl& d, Fn fn) {
+  for (auto& layer : *d.layers) {
+    fn(*layer->as<BlockImpl>()->input_layernorm);
+    fn(*layer->as<BlockImpl>()->post_attention_layernorm);
   }
-  model->norm->use_fused = on;
+  fn(*d.norm);
+}
+}  // namespace
+
+void TransformerImpl::set_fused_rms_norm(bool on) {
+  each_norm(*model, [on](RMSNormImpl& n) { n.use_fused = on; });
 }
 
 bool TransformerImpl::set_cuda_kernels(bool on) {
@@ -489,11 +497,7 @@ void TransformerImpl::set_cpu_kernels(bool on) {
 }
 
 void TransformerImpl::set_cpu_rms_norm(bool on) {
-  for (auto& layer : *model->layers) {
-    layer->as<BlockImpl>()->input_layernorm->use_cpu_kernel = on;
-    layer->as<BlockImpl>()->post_attention_layernorm->use_cpu_kernel = on;
-  }
-  model->norm->use_cpu_kernel = on;
+  each_norm(*model, [on](RMSNormImpl& n) { n.use_cpu_kernel = on; });
 }
 
 void TransformerImpl::set_cpu_swiglu(bool on) {

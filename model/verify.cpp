@@ -174,7 +174,10 @@ FastPathCheck check_attention(Transformer& m, torch::Device device, torch::Scala
                  });
 }
 
-FastPathCheck check_rms_norm(Transformer& m, torch::Device device, torch::ScalarType dt, uint64_t seed) {
+// RMSNorm's fast path (ATen's rms_norm, "rms_norm.aten", or lmforge's CPU kernel, "rms_norm.cpu")
+// against the fp32 reference.
+FastPathCheck check_rms_norm_path(const std::string& name, Transformer& m, torch::Device device, torch::ScalarType dt,
+                                  uint64_t seed) {
   const auto& cfg = m->config();
   auto gen = at::detail::createCPUGenerator(seed);
   // The residual stream is fp32 under autocast; the output (and its gradient) in the compute dtype.
@@ -183,13 +186,20 @@ FastPathCheck check_rms_norm(Transformer& m, torch::Device device, torch::Scalar
   for (auto& x : in) x.set_requires_grad(true);
   auto up = rand_input({2, kCheckSeq, cfg.d_model}, gen, device, dt);
   const double eps = cfg.norm_eps;
-  return compare("rms_norm.aten", "at::rms_norm vs fp32 x * rsqrt(mean(x^2) + eps) * w", dt, in, up,
-                 [&](bool fast, const std::vector<torch::Tensor>& x) {
-                   auto xi = x[0];
-                   // The output dtype follows the compute dtype: emulate it with an explicit cast.
-                   auto y = fast ? fused_rms_norm(xi, x[1], eps) : reference_rms_norm(xi, x[1], eps);
-                   return y.to(dt);
+  const bool own = name == "rms_norm.cpu";
+  return compare(name,
+                 std::string(own ? "lmforge's CPU RMSNorm kernel" : "at::rms_norm") +
+                     " vs fp32 x * rsqrt(mean(x^2) + eps) * w",
+                 dt, in, up, [&](bool fast, const std::vector<torch::Tensor>& x) {
+                   if (!fast) return reference_rms_norm(x[0], x[1], eps).to(dt);
+                   if (!own) return fused_rms_norm(x[0], x[1], eps).to(dt);  // the compute dtype, emulated by a cast
+                   auto y = cpu_fused_rms_norm(x[0], x[1], eps, dt);
+                   return debug_break_fast_path("rms_norm.cpu") ? y * 1.05 : y;
                  });
+}
+
+FastPathCheck check_rms_norm(Transformer& m, torch::Device device, torch::ScalarType dt, uint64_t seed) {
+  return check_rms_norm_path("rms_norm.aten", m, device, dt, seed);
 }
 
 // The chunked loss (with lmforge's CPU row kernel inside when `cpu_kernel`) against the reference.
@@ -220,23 +230,6 @@ FastPathCheck check_chunked_loss(Transformer& m, torch::Device device, torch::Sc
 
 FastPathCheck check_cpu_cross_entropy(Transformer& m, torch::Device device, torch::ScalarType dt, uint64_t seed) {
   return check_chunked_loss_with("cross_entropy.cpu", true, m, device, dt, seed);
-}
-
-FastPathCheck check_cpu_rms_norm(Transformer& m, torch::Device device, torch::ScalarType dt, uint64_t seed) {
-  const auto& cfg = m->config();
-  auto gen = at::detail::createCPUGenerator(seed);
-  // As check_rms_norm: the fp32 residual stream in, the compute dtype out.
-  std::vector<torch::Tensor> in = {rand_input({2, kCheckSeq, cfg.d_model}, gen, device, torch::kFloat32),
-                                   (1.0 + rand_input({cfg.d_model}, gen, device, torch::kFloat32, 0.1))};
-  for (auto& x : in) x.set_requires_grad(true);
-  auto up = rand_input({2, kCheckSeq, cfg.d_model}, gen, device, dt);
-  const double eps = cfg.norm_eps;
-  return compare("rms_norm.cpu", "lmforge's CPU RMSNorm kernel vs fp32 x * rsqrt(mean(x^2) + eps) * w", dt, in, up,
-                 [&](bool fast, const std::vector<torch::Tensor>& x) {
-                   if (!fast) return reference_rms_norm(x[0], x[1], eps).to(dt);
-                   auto y = cpu_fused_rms_norm(x[0], x[1], eps, dt);
-                   return debug_break_fast_path("rms_norm.cpu") ? y * 1.05 : y;
-                 });
 }
 
 // lmforge's own kernels, one wrapper for CUDA and CPU: `name` is the registry entry checked.
@@ -330,7 +323,7 @@ const std::vector<FastPath>& fast_paths() {
        named("add_rms_norm.cuda", check_own_add_norm), [](Transformer& m) { m->set_cuda_add_norm(false); }},
       // lmforge's own CPU kernels (issue 32): on by default, so every CPU start-up checks them.
       {"rms_norm.cpu", [](Transformer& m, torch::Device d) { return d.is_cpu() && m->cpu_rms_norm(); },
-       check_cpu_rms_norm, [](Transformer& m) { m->set_cpu_rms_norm(false); }},
+       named("rms_norm.cpu", check_rms_norm_path), [](Transformer& m) { m->set_cpu_rms_norm(false); }},
       {"add_rms_norm.cpu", [](Transformer& m, torch::Device d) { return d.is_cpu() && m->cpu_add_norm(); },
        named("add_rms_norm.cpu", check_own_add_norm), [](Transformer& m) { m->set_cpu_add_norm(false); }},
       {"swiglu.cpu", [](Transformer& m, torch::Device d) { return d.is_cpu() && m->cpu_swiglu(); },

@@ -218,16 +218,20 @@ TEST_F(StepRun, FastPathsOffKeepsTheNamedPathOnItsReference) {
   auto clean = request("off_clean", 3);
   auto c = run(clean);
   ASSERT_TRUE(c.ok()) << c.status();
-  model::set_debug_break_fast_path("loss.chunked");
-  auto r = request("off", 3);
-  r.train.debug.verify_at_start = true;
-  r.train.hardware.fast_paths_off = {"loss.chunked"};
-  auto s = run(r);
-  model::set_debug_break_fast_path("");
-  ASSERT_TRUE(s.ok()) << s.status();
-  EXPECT_TRUE(s->fast_path_fallback.empty()) << absl::StrJoin(s->fast_path_fallback, ", ");
-  ASSERT_EQ(s->losses.size(), c->losses.size());
-  for (size_t i = 0; i < c->losses.size(); ++i) EXPECT_NEAR(s->losses[i], c->losses[i], 1e-5 * c->losses[i]) << i;
+  // The same for one of lmforge's CPU kernels (on by default on a CPU).
+  for (const std::string path : {"loss.chunked", "swiglu.cpu"}) {
+    model::set_debug_break_fast_path(path);
+    auto r = request("off_" + path, 3);
+    r.train.debug.verify_at_start = true;
+    r.train.hardware.fast_paths_off = {path};
+    auto s = run(r);
+    model::set_debug_break_fast_path("");
+    ASSERT_TRUE(s.ok()) << s.status();
+    EXPECT_TRUE(s->fast_path_fallback.empty()) << path << ": " << absl::StrJoin(s->fast_path_fallback, ", ");
+    ASSERT_EQ(s->losses.size(), c->losses.size());
+    for (size_t i = 0; i < c->losses.size(); ++i)
+      EXPECT_NEAR(s->losses[i], c->losses[i], 1e-5 * c->losses[i]) << path << " " << i;
+  }
 
   auto bad = request("off_bad", 1);
   bad.train.hardware.fast_paths_off = {"loss.fast"};
@@ -235,7 +239,8 @@ TEST_F(StepRun, FastPathsOffKeepsTheNamedPathOnItsReference) {
   ASSERT_FALSE(e.ok());
   EXPECT_NE(std::string(e.status().message())
                 .find("train.hardware.fast_paths_off: unknown fast path 'loss.fast' (known: attention.sdpa, "
-                      "rms_norm.aten, loss.chunked, swiglu.cuda, rope.cuda, add_rms_norm.cuda)"),
+                      "rms_norm.aten, loss.chunked, swiglu.cuda, rope.cuda, add_rms_norm.cuda, rms_norm.cpu, "
+                      "add_rms_norm.cpu, swiglu.cpu, rope.cpu, cross_entropy.cpu)"),
             std::string::npos)
       << e.status();
 }
