@@ -29,7 +29,8 @@ void add_export(CLI::App& app, Registry& reg) {
                   "auto: t5 for unigram spm models")
       ->check(CLI::IsMember({"auto", "llama", "t5"}))->capture_default_str();
   sub->add_option("--step", o.step, "checkpoint step (default: latest)");
-  sub->add_option("--dtype", o.dtype, "bf16 or fp32 weights")->capture_default_str();
+  sub->add_option("--dtype", o.dtype, "bf16 or fp32 weights (fp32: scores equal lmeval's on the run; bf16 differ by "
+                  "up to ~0.1 nats per choice)")->capture_default_str();
   sub->add_flag("--force", o.force, "write over an existing output (a non-empty folder, or the .gguf file)");
   sub->footer(
       "Examples:\n"
@@ -49,6 +50,7 @@ void add_export(CLI::App& app, Registry& reg) {
                    LM_ASSIGN_OR_RETURN(model::ExportResult r, model::export_hf(o));
                    std::printf("exported step %ld of %s (%s params, %s) to %s\n", r.step, r.checkpoint.c_str(),
                                format_count(static_cast<double>(r.params)).c_str(), o.dtype.c_str(), r.out.c_str());
+                   std::printf("%s\n", model::precision_note(o.dtype).c_str());  // last: where users compare
                    return absl::OkStatus();
                  }});
 }

@@ -27,6 +27,9 @@ void add_mc(CLI::App& app, Registry& reg) {
                   "none (harness <= 0.4.9.1); default: where a document starts in training, from the tokenizer's "
                   "framing (bos for bos + text + eos)");
   sub->add_option("--log-samples", o.log_samples, "per-example JSONL (contexts, continuations, log-probs, predictions)");
+  sub->add_flag("--strict", o.strict,
+                "stop at an example whose continuation is longer than the model's context (default: skip it and "
+                "count it per task, 'too long' in the table, skipped_too_long in the JSON)");
   sub->footer(
       "Examples:\n"
       "  lmeval mc --run runs/demo --data-dir ../shared/data/bench --tasks all --twin\n"

@@ -13,7 +13,8 @@ void add_run_flags(CLI::App* sub, eval::RunOptions& r) {
   sub->add_option("--step", r.step, "checkpoint step (default: the one 'latest' names)");
   sub->add_flag("--twin", r.twin, "also score the random-initialized twin (same config, same seed, untrained)");
   sub->add_option("--batch-size", r.batch_size, "sequences per forward pass")->capture_default_str();
-  sub->add_option("--device", r.device, "cpu or cuda")->capture_default_str();
+  sub->add_option("--device", r.device, "auto (cuda when a CUDA device is visible, else cpu, as fit), cpu or cuda")
+      ->capture_default_str();
   sub->add_option("--dtype", r.dtype, "fp32 or bf16 (bf16 on cuda only)")->capture_default_str();
   sub->add_option("--out", r.out,
                   "result JSON (default: RUN/eval/<command>-step<N>-<size>-<hash>.json, one per configuration, and "

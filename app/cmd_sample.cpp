@@ -20,6 +20,7 @@ struct SampleCli {
   int64_t step = -1;
   model::SampleOptions opt;
   std::string prefix;  // "" = the tokenizer's framing (bos + text + eos: bos; text + eos: eos) | bos | eos | none
+  std::string device = "auto";  // auto | cpu | cuda (eval::resolve_device)
   bool no_cache = false, no_bos = false, json = false;
 };
 
@@ -33,31 +34,39 @@ absl::StatusOr<eval::ContextPrefix> prompt_prefix(const SampleCli& o, const toke
 
 absl::Status run_sample(const SampleCli& o) {
   const RunFolder run(o.run);
+  std::string device_why;
+  LM_ASSIGN_OR_RETURN(const std::string device, eval::resolve_device(o.device, torch::cuda::is_available(), &device_why));
   LM_ASSIGN_OR_RETURN(model::TrainedModel t, model::load_trained_model(o.run, o.step));
   model::Transformer& m = t.model;
+  m->to(device == "cuda" ? torch::Device(torch::kCUDA) : torch::Device(torch::kCPU));
   const std::string& ckpt = t.checkpoint;
   LM_ASSIGN_OR_RETURN(tokenizer::Tokenizer tok, tokenizer::Tokenizer::load(run.tokenizer()));
   if (o.opt.temperature < 0) return absl::InvalidArgumentError("--temperature: must be >= 0 (0 = greedy)");
   if (o.opt.top_p <= 0 || o.opt.top_p > 1) return absl::InvalidArgumentError("--top-p: must be in (0, 1]");
   LM_ASSIGN_OR_RETURN(auto start, prompt_prefix(o, tok));
+  const std::vector<int32_t> prompt = tok.encode(o.prompt);
   std::vector<int32_t> ids = start.ids;
-  for (int32_t t : tok.encode(o.prompt)) ids.push_back(t);
+  ids.insert(ids.end(), prompt.begin(), prompt.end());
   model::SampleOptions opt = o.opt;
   opt.eos_id = tok.eos_id();
   opt.use_cache = !o.no_cache;
   model::Generation g = model::generate(m, ids, opt);
-  const std::string text = tok.decode(g.tokens);
+  // decode(prompt + new) - decode(prompt): keeps the space a new word starts with
+  const std::string text =
+      model::continuation_text([&tok](const std::vector<int32_t>& ids) { return tok.decode(ids); }, prompt, g.tokens);
   if (o.json) {
     Json j = {{"prompt", o.prompt}, {"completion", text}, {"tokens", g.tokens}, {"prompt_tokens", g.prompt_tokens},
               {"tokens_per_s", g.tokens_per_s}, {"prefill_s", g.prefill_seconds}, {"decode_s", g.decode_seconds},
               {"stopped_at_eos", g.stopped_at_eos}, {"checkpoint", ckpt}, {"kv_cache", opt.use_cache},
-              {"prefix", start.mode}, {"framing", tok.framing().describe()}};
+              {"prefix", start.mode}, {"framing", tok.framing().describe()}, {"device", device},
+              {"device_rule", device_why}};
     std::printf("%s\n", j.dump().c_str());
   } else {
     std::printf("%s%s\n", o.prompt.c_str(), text.c_str());
-    std::fprintf(stderr, "[%zu new tokens, %.1f tok/s %s KV cache, prompt %ld tokens in %.3f s%s; %s]\n", g.tokens.size(),
-                 g.tokens_per_s, opt.use_cache ? "with" : "without", g.prompt_tokens, g.prefill_seconds,
-                 g.stopped_at_eos ? ", stopped at eos" : "", ckpt.c_str());
+    std::fprintf(stderr, "[%zu new tokens, %.1f tok/s %s KV cache on %s (%s), prompt %ld tokens in %.3f s%s; %s]\n",
+                 g.tokens.size(), g.tokens_per_s, opt.use_cache ? "with" : "without", device.c_str(),
+                 device_why.c_str(), g.prompt_tokens, g.prefill_seconds, g.stopped_at_eos ? ", stopped at eos" : "",
+                 ckpt.c_str());
   }
   return absl::OkStatus();
 }
@@ -79,6 +88,8 @@ void add_sample(CLI::App& app, Registry& reg) {
                   "in training, from the tokenizer's framing (bos for bos + text + eos)");
   sub->add_flag("--no-bos", o.no_bos, "nothing before the prompt (= --prefix none)");
   sub->add_flag("--json", o.json, "one JSON line instead of text");
+  sub->add_option("--device", o.device, "auto (cuda when a CUDA device is visible, else cpu, as fit), cpu or cuda")
+      ->capture_default_str();
   sub->footer(
       "Examples:\n"
       "  lmeval sample --run runs/demo --prompt \"বাংলাদেশের রাজধানী\"\n"

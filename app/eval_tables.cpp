@@ -18,9 +18,10 @@ std::string nll_header(const eval::NllOptions& o, const Json& r) {
   return s + "\n";
 }
 
-// "0.2500±0.0433"; "-" for the norms of an acc-only task (their keys are absent).
+// "0.2500±0.0433"; "-" for the norms of an acc-only task (their keys are absent) and for a task
+// with nothing scored (null).
 std::string mean_pm(const Json& m, const std::string& key) {
-  if (!m.contains(key)) return "-";
+  if (!m.contains(key) || !m[key].is_number()) return "-";
   return absl::StrFormat("%.4f±%.4f", m[key].get<double>(), m.value(key + "_stderr", 0.0));
 }
 
@@ -53,20 +54,28 @@ std::string mc_table(const eval::McOptions& o, const Json& r) {
   std::string s = absl::StrFormat("MC  run %s  step %d  prefix %s%s\n", o.run.run, r.value("step", int64_t{0}),
                                   r.value("prefix", o.prefix),
                                   o.limit > 0 ? absl::StrCat("  limit ", o.limit) : "");
-  absl::StrAppendFormat(&s, "%-14s %6s %7s  %15s %15s %15s", "task", "n", "chance", "acc", "acc_norm", "acc_bytes");
+  absl::StrAppendFormat(&s, "%-14s %6s %8s %7s  %15s %15s %15s", "task", "n", "too long", "chance", "acc", "acc_norm",
+                        "acc_bytes");
   if (o.run.twin) absl::StrAppendFormat(&s, "  | %15s %15s  %9s %9s", "twin acc", "twin acc_norm", "p(acc)", "p(norm)");
   s += "  split\n";
   const Json& tasks = r.at("tasks");
+  int64_t skipped = 0;
   for (const auto& name : eval::expand_tasks(o.tasks)) {
     if (!tasks.contains(name)) continue;  // no data: listed under "missing"
     const Json& t = tasks[name];
-    absl::StrAppendFormat(&s, "%-14s %6d %7.4f  %15s %15s %15s", name, t.value("n", int64_t{0}), t.value("chance", 0.0),
-                          mean_pm(t, "acc"), mean_pm(t, "acc_norm"), mean_pm(t, "acc_bytes"));
+    skipped += t.value("skipped_too_long", int64_t{0});
+    absl::StrAppendFormat(&s, "%-14s %6d %8d %7.4f  %15s %15s %15s", name, t.value("n", int64_t{0}),
+                          t.value("skipped_too_long", int64_t{0}), t.value("chance", 0.0), mean_pm(t, "acc"),
+                          mean_pm(t, "acc_norm"), mean_pm(t, "acc_bytes"));
     if (t.contains("twin"))
       absl::StrAppendFormat(&s, "  | %15s %15s  %9s %9s", mean_pm(t["twin"], "acc"), mean_pm(t["twin"], "acc_norm"),
                             p_value(t, "paired_acc"), p_value(t, "paired_acc_norm"));
     absl::StrAppendFormat(&s, "  %s\n", t.value("split", std::string()));
   }
+  if (skipped > 0)
+    absl::StrAppendFormat(&s, "too long: %d examples not scored (a continuation longer than the model's context of "
+                          "%d tokens; left out of n and the metrics; --strict stops instead)\n",
+                          skipped, r.contains("model") ? r["model"].value("max_seq_len", int64_t{0}) : int64_t{0});
   return s;
 }
 

@@ -27,21 +27,18 @@ struct Models {
   LoadedRun run;
   model::Transformer twin{nullptr};
   ScorerOptions scorer;
+  std::string device, device_why;  // resolved --device (cpu | cuda) and how it was chosen
 };
 
 absl::StatusOr<Models> load_models(const RunOptions& o) {
   Models m;
-  if (o.device == "cuda") {
-    if (!torch::cuda::is_available())
-      return absl::FailedPreconditionError("--device cuda: no CUDA device visible (this build or machine has none)");
-    m.scorer.device = torch::Device(torch::kCUDA);
-  } else if (o.device != "cpu") {
-    return absl::InvalidArgumentError("--device: expected cpu or cuda, got '" + o.device + "'");
-  }
+  LM_ASSIGN_OR_RETURN(m.device, resolve_device(o.device, torch::cuda::is_available(), &m.device_why));
+  if (m.device == "cuda") m.scorer.device = torch::Device(torch::kCUDA);
   if (o.dtype != "fp32" && o.dtype != "bf16")
     return absl::InvalidArgumentError("--dtype: expected fp32 or bf16, got '" + o.dtype + "'");
-  if (o.dtype == "bf16" && o.device != "cuda")
-    return absl::InvalidArgumentError("--dtype bf16 needs --device cuda (CPU bf16 matmuls are slow and inexact here)");
+  if (o.dtype == "bf16" && m.device != "cuda")
+    return absl::InvalidArgumentError("--dtype bf16 needs CUDA (device " + m.device + ": " + m.device_why +
+                                      "; CPU bf16 matmuls are slow and inexact here)");
   if (o.batch_size < 1) return absl::InvalidArgumentError("--batch-size must be >= 1");
   m.scorer.bf16 = o.dtype == "bf16";
   m.scorer.batch_size = o.batch_size;
@@ -50,8 +47,8 @@ absl::StatusOr<Models> load_models(const RunOptions& o) {
   const auto dt = m.scorer.bf16 ? torch::kBFloat16 : torch::kFloat32;
   m.run.model->to(m.scorer.device, dt);
   if (m.twin) m.twin->to(m.scorer.device, dt);
-  log_info("run %s: checkpoint step %d, %s, seed %d%s", o.run, m.run.step, m.run.config.preset, m.run.seed,
-           o.twin ? ", twin = init_weights(seed)" : "");
+  log_info("run %s: checkpoint step %d, %s, seed %d%s; device %s (%s), %s", o.run, m.run.step, m.run.config.preset,
+           m.run.seed, o.twin ? ", twin = init_weights(seed)" : "", m.device, m.device_why, o.dtype);
   return m;
 }
 
@@ -124,7 +121,8 @@ Json run_header(const Models& m, const RunOptions& o) {
               {"seed", m.run.seed},
               {"model", to_json(m.run.config)},
               {"tokenizer_hash", m.run.tokenizer.hash()},
-              {"device", o.device},
+              {"device", m.device},
+              {"device_rule", m.device_why},
               {"dtype", o.dtype},
               {"twin", o.twin ? "Transformer(config) after init_weights(train.seed): the run's own initial weights"
                               : "not scored (pass --twin)"}};
@@ -149,6 +147,19 @@ TokenIds text_stream(const tokenizer::Tokenizer& tok, const std::string& text) {
 }
 
 }  // namespace
+
+absl::StatusOr<std::string> resolve_device(const std::string& asked, bool cuda_available, std::string* why) {
+  if (asked == "auto") {
+    *why = cuda_available ? "auto: a CUDA device is visible" : "auto: no CUDA device visible";
+    return std::string(cuda_available ? "cuda" : "cpu");
+  }
+  if (asked != "cpu" && asked != "cuda")
+    return absl::InvalidArgumentError("--device: expected auto, cpu or cuda, got '" + asked + "'");
+  if (asked == "cuda" && !cuda_available)
+    return absl::FailedPreconditionError("--device cuda: no CUDA device visible (this build or machine has none)");
+  *why = "asked";
+  return asked;
+}
 
 std::string prefix_rule(const std::string& prefix) {
   if (prefix == "bos")
@@ -416,24 +427,41 @@ struct TaskRun {
   TaskMetrics model_metrics, twin_metrics;
 };
 
+// The expected accuracy of a random guess over the examples scored.
+double chance_of(const McTask& task, const std::vector<size_t>& kept) {
+  double sum = 0;
+  for (size_t i : kept) sum += 1.0 / std::max<size_t>(task.examples[i].contexts.size(), 1);
+  return kept.empty() ? 0.0 : sum / static_cast<double>(kept.size());
+}
+
+void warn_skipped(const McTask& task, const TaskScoring& sm, int64_t window) {
+  if (sm.skipped.empty()) return;
+  const SkippedExample& first = sm.skipped.front();
+  log_warn("%s: skipped %d of %d examples: a continuation is longer than the model's context of %d tokens (first: "
+           "example %s choice %d, %d tokens); scored the other %d (--strict stops instead)",
+           task.name, sm.skipped.size(), task.examples.size(), window, first.id, first.choice, first.continuation,
+           sm.examples.size());
+}
+
 absl::StatusOr<TaskRun> score_mc_task(const Models& m, const McOptions& o, const McTask& task, const Encoder& encode,
                                       const TokenIds& prefix) {
   const int64_t window = m.run.config.max_seq_len;
   TaskRun tr;
   LM_ASSIGN_OR_RETURN(tr.model, score_task(task, encode, scorer_for(m.run.model, m.scorer, task.name + " model"),
-                                           prefix, window));
+                                           prefix, window, o.strict));
   const TaskScoring& sm = tr.model;
+  warn_skipped(task, sm, window);
   if (sm.truncated > 0)
     log_warn("%s: %d of %d requests are longer than the model's context (%d + 1 tokens): their contexts are "
              "cut from the left, as the harness does", task.name, sm.truncated, sm.requests.size(), window);
   if (sm.boundary_mismatches > 0)
     log_info("%s: %d of %d requests: encode(context) is not a prefix of encode(context + continuation); "
              "scored as the harness does (docs/eval.md)", task.name, sm.boundary_mismatches, sm.requests.size());
-  tr.model_metrics = task_metrics(sm.examples, task.chance());
+  tr.model_metrics = task_metrics(sm.examples, chance_of(task, sm.kept));
   if (o.run.twin) {
     LM_ASSIGN_OR_RETURN(tr.twin, score_task(task, encode, scorer_for(m.twin, m.scorer, task.name + " twin"), prefix,
-                                            window));
-    tr.twin_metrics = task_metrics(tr.twin.examples, task.chance());
+                                            window, o.strict));
+    tr.twin_metrics = task_metrics(tr.twin.examples, chance_of(task, tr.twin.kept));
   }
   return tr;
 }
@@ -446,6 +474,14 @@ Json mc_task_json(const McOptions& o, const McTask& task, const TaskRun& tr) {
   tj["source"] = task.source;
   tj["boundary_mismatches"] = sm.boundary_mismatches;
   tj["truncated"] = sm.truncated;
+  tj["skipped_too_long"] = static_cast<int64_t>(sm.skipped.size());
+  if (!sm.skipped.empty()) {
+    Json ids = Json::array();
+    for (const auto& k : sm.skipped) ids.push_back(k.id);
+    tj["skipped_ids"] = ids;
+    tj["skipped_rule"] = "a continuation longer than the model's context cannot be scored (the harness refuses it): "
+                         "the example is left out of n and of every metric; --strict stops instead";
+  }
   if (!task.note.empty()) tj["note"] = task.note;
   if (task.acc_only) {
     for (const char* k : {"acc_norm", "acc_norm_stderr", "acc_bytes", "acc_bytes_stderr"}) tj.erase(k);
@@ -475,8 +511,8 @@ void log_mc_samples(const McOptions& o, const McTask& task, const TaskRun& tr, s
   const TaskScoring& sm = tr.model;
   const TaskScoring& st = tr.twin;
   size_t k = 0;
-  for (size_t i = 0; i < task.examples.size(); ++i) {
-    const auto& ex = task.examples[i];
+  for (size_t i = 0; i < sm.examples.size(); ++i) {
+    const auto& ex = task.examples[sm.kept[i]];
     const auto& r = sm.examples[i];
     Json choices = Json::array();
     for (size_t c = 0; c < ex.contexts.size(); ++c, ++k) {

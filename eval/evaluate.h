@@ -18,10 +18,15 @@ struct RunOptions {
   int64_t step = -1;          // -1: latest
   bool twin = false;
   int64_t batch_size = 16;
-  std::string device = "cpu";  // cpu | cuda
+  std::string device = "auto";  // auto (cuda when visible, else cpu, as lmtrain fit) | cpu | cuda
   std::string dtype = "fp32";  // fp32 | bf16 (bf16 only on cuda)
   std::string out;            // result file; default runs/NAME/eval/<job>.json
 };
+
+// --device of lmeval nll/mc/sample: "auto" is cuda when a CUDA device is visible, else cpu (as
+// lmtrain fit); "cpu" and "cuda" are taken as asked (cuda without a device is FailedPrecondition).
+// Returns "cpu" or "cuda"; `why` says how it was chosen (for the log and the result JSON).
+absl::StatusOr<std::string> resolve_device(const std::string& asked, bool cuda_available, std::string* why);
 
 struct NllOptions {
   RunOptions run;
@@ -50,6 +55,9 @@ struct McOptions {
   // on our export; text + eos: eos) | bos | eos | none. The result JSON names the one used.
   std::string prefix;
   std::string log_samples;         // per-example JSONL
+  // An example with a continuation longer than the model's context cannot be scored: false (the
+  // default) leaves it out and counts it per task ("skipped_too_long"); true stops the evaluation.
+  bool strict = false;
 };
 absl::StatusOr<Json> run_mc(const McOptions& o);
 

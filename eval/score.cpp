@@ -48,47 +48,79 @@ void decide(ExampleResult& ex) {
   ex.pred_bytes = argmax([](const ChoiceResult& c) { return c.logprob / std::max<int64_t>(c.bytes, 1); });
 }
 
+namespace {
+
+// The requests of one example's choices; an empty continuation is an error.
+absl::StatusOr<std::vector<TokenRequest>> encode_example(const McTask& task, const McExample& ex,
+                                                         const Encoder& encode, const TokenIds& prefix,
+                                                         int64_t* mismatches) {
+  std::vector<TokenRequest> reqs;
+  for (size_t c = 0; c < ex.contexts.size(); ++c) {
+    bool ok = true;
+    reqs.push_back(encode_pair(encode, ex.contexts[c], ex.continuations[c], prefix, &ok));
+    if (reqs.back().continuation.empty())
+      return absl::InvalidArgumentError(absl::StrCat(task.name, " example ", ex.id, " choice ", c,
+                                                     ": the continuation encodes to no tokens"));
+    *mismatches += !ok;
+  }
+  return reqs;
+}
+
+// The first choice whose continuation is longer than `window` (-1: none, or no window).
+int too_long_choice(const std::vector<TokenRequest>& reqs, int64_t window) {
+  for (size_t c = 0; window > 0 && c < reqs.size(); ++c)
+    if (static_cast<int64_t>(reqs[c].continuation.size()) > window) return static_cast<int>(c);
+  return -1;
+}
+
+ExampleResult example_result(const McExample& ex, const std::vector<std::vector<double>>& logprobs, size_t& k) {
+  ExampleResult r;
+  r.id = ex.id;
+  r.gold = ex.gold;
+  for (size_t c = 0; c < ex.contexts.size(); ++c, ++k) {
+    ChoiceResult cr;
+    for (double lp : logprobs[k]) cr.logprob += lp;
+    cr.tokens = static_cast<int64_t>(logprobs[k].size());
+    cr.chars = data::count_code_points(ex.norm_text[c]);
+    cr.bytes = static_cast<int64_t>(ex.norm_text[c].size());
+    r.choices.push_back(cr);
+  }
+  decide(r);
+  return r;
+}
+
+}  // namespace
+
 absl::StatusOr<TaskScoring> score_task(const McTask& task, const Encoder& encode, const Scorer& scorer,
-                                       const TokenIds& prefix, int64_t window) {
+                                       const TokenIds& prefix, int64_t window, bool strict) {
   TaskScoring out;
-  for (const auto& ex : task.examples) {
-    for (size_t c = 0; c < ex.contexts.size(); ++c) {
-      bool ok = true;
-      out.requests.push_back(encode_pair(encode, ex.contexts[c], ex.continuations[c], prefix, &ok));
-      const TokenRequest& r = out.requests.back();
-      if (r.continuation.empty())
-        return absl::InvalidArgumentError(absl::StrCat(task.name, " example ", ex.id, " choice ", c,
-                                                       ": the continuation encodes to no tokens"));
-      const auto n_ctx = static_cast<int64_t>(r.context.size()), n_cont = static_cast<int64_t>(r.continuation.size());
-      if (window > 0 && n_cont > window)
+  for (size_t i = 0; i < task.examples.size(); ++i) {
+    const McExample& ex = task.examples[i];
+    int64_t mismatches = 0;
+    LM_ASSIGN_OR_RETURN(std::vector<TokenRequest> reqs, encode_example(task, ex, encode, prefix, &mismatches));
+    if (const int c = too_long_choice(reqs, window); c >= 0) {
+      const auto n = static_cast<int64_t>(reqs[c].continuation.size());
+      if (strict)
         return absl::InvalidArgumentError(absl::StrCat(
-            task.name, " example ", ex.id, " choice ", c, ": the continuation is ", n_cont,
+            task.name, " example ", ex.id, " choice ", c, ": the continuation is ", n,
             " tokens, longer than the model's context of ", window,
-            " (the harness refuses it too; use a model with a longer max_seq_len or drop the task)"));
-      out.truncated += window > 0 && n_ctx + n_cont > window + 1;
-      out.boundary_mismatches += !ok;
+            " (--strict; without it such examples are skipped and counted; the harness refuses them)"));
+      out.skipped.push_back({ex.id, c, n});
+      continue;
     }
+    out.boundary_mismatches += mismatches;
+    for (auto& r : reqs) {
+      out.truncated += window > 0 && static_cast<int64_t>(r.context.size() + r.continuation.size()) > window + 1;
+      out.requests.push_back(std::move(r));
+    }
+    out.kept.push_back(i);
   }
   LM_ASSIGN_OR_RETURN(auto logprobs, scorer(out.requests));
   if (logprobs.size() != out.requests.size())
     return absl::InternalError(absl::StrCat("scorer returned ", logprobs.size(), " results for ",
                                             out.requests.size(), " requests"));
   size_t k = 0;
-  for (const auto& ex : task.examples) {
-    ExampleResult r;
-    r.id = ex.id;
-    r.gold = ex.gold;
-    for (size_t c = 0; c < ex.contexts.size(); ++c, ++k) {
-      ChoiceResult cr;
-      for (double lp : logprobs[k]) cr.logprob += lp;
-      cr.tokens = static_cast<int64_t>(logprobs[k].size());
-      cr.chars = data::count_code_points(ex.norm_text[c]);
-      cr.bytes = static_cast<int64_t>(ex.norm_text[c].size());
-      r.choices.push_back(cr);
-    }
-    decide(r);
-    out.examples.push_back(std::move(r));
-  }
+  for (size_t i : out.kept) out.examples.push_back(example_result(task.examples[i], logprobs, k));
   return out;
 }
 
@@ -152,6 +184,9 @@ PairedTest mcnemar(const std::vector<bool>& a, const std::vector<bool>& b) {
 }
 
 Json metrics_to_json(const TaskMetrics& m) {
+  if (m.n == 0)  // nothing scored (every example skipped): no number to show
+    return Json{{"n", 0}, {"chance", m.chance}, {"acc", nullptr}, {"acc_stderr", nullptr}, {"acc_norm", nullptr},
+                {"acc_norm_stderr", nullptr}, {"acc_bytes", nullptr}, {"acc_bytes_stderr", nullptr}};
   return Json{{"n", m.n},
               {"chance", m.chance},
               {"acc", m.acc.mean},

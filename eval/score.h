@@ -52,19 +52,29 @@ struct ExampleResult {
   bool correct_bytes() const { return pred_bytes == gold; }
 };
 
-// Scores every choice of every example (one Scorer call for the whole task).
+// An example that cannot be scored: one of its continuations is longer than the model's context.
+struct SkippedExample {
+  std::string id;
+  int choice = 0;              // the first choice that is too long
+  int64_t continuation = 0;    // its length in tokens
+};
+
+// Scores every choice of every example that fits (one Scorer call for the whole task).
 struct TaskScoring {
-  std::vector<ExampleResult> examples;
-  std::vector<TokenRequest> requests;  // parallel to the flattened choices, for --log-samples
-  int64_t boundary_mismatches = 0;     // requests whose context encoding was not a prefix
+  std::vector<ExampleResult> examples;  // the scored examples, in task order
+  std::vector<size_t> kept;             // parallel to examples: the index into task.examples
+  std::vector<SkippedExample> skipped;  // examples too long for the model's context, not scored
+  std::vector<TokenRequest> requests;   // parallel to the flattened choices of `examples`, for --log-samples
+  int64_t boundary_mismatches = 0;      // requests whose context encoding was not a prefix
   int64_t truncated = 0;  // requests longer than window + 1 tokens: the context is cut from the left
 };
 // `window` > 0 is the model's context (max_seq_len): a request of more than window + 1 tokens
-// is counted in `truncated` (the scorer keeps its last window + 1, as the harness, which warns),
-// and a continuation of more than `window` tokens is refused with InvalidArgument (the harness
-// asserts len(continuation_enc) <= max_length), naming the task, example and lengths.
+// is counted in `truncated` (the scorer keeps its last window + 1, as the harness, which warns).
+// An example with a continuation of more than `window` tokens cannot be scored (the harness
+// asserts len(continuation_enc) <= max_length): it is left out and listed in `skipped`, or, with
+// `strict`, refused with InvalidArgument naming the task, example and lengths.
 absl::StatusOr<TaskScoring> score_task(const McTask& task, const Encoder& encode, const Scorer& scorer,
-                                       const TokenIds& prefix, int64_t window = 0);
+                                       const TokenIds& prefix, int64_t window = 0, bool strict = false);
 
 // Fills pred / pred_norm / pred_bytes from the choices.
 void decide(ExampleResult& ex);

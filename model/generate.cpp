@@ -42,6 +42,17 @@ int32_t pick_token(const torch::Tensor& logits_in, double temperature, double to
   return order[keep - 1];
 }
 
+std::string continuation_text(const std::function<std::string(const std::vector<int32_t>&)>& decode,
+                              const std::vector<int32_t>& prompt, const std::vector<int32_t>& generated) {
+  std::vector<int32_t> all = prompt;
+  all.insert(all.end(), generated.begin(), generated.end());
+  const std::string whole = decode(all), head = decode(prompt);
+  size_t n = 0;
+  while (n < head.size() && n < whole.size() && head[n] == whole[n]) ++n;
+  while (n > 0 && n < whole.size() && (static_cast<unsigned char>(whole[n]) & 0xC0) == 0x80) --n;  // a lead byte
+  return whole.substr(n);
+}
+
 Generation generate(Transformer& model, const std::vector<int32_t>& prompt, const SampleOptions& opt,
                     bool keep_logits) {
   TORCH_CHECK(!prompt.empty(), "generate: the prompt has no tokens");

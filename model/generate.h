@@ -3,6 +3,8 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
+#include <string>
 #include <vector>
 
 #include "model/transformer.h"
@@ -32,6 +34,14 @@ struct Generation {
 // prompt must be non-empty. Runs on the model's device in eval mode without gradients.
 Generation generate(Transformer& model, const std::vector<int32_t>& prompt, const SampleOptions& opt,
                     bool keep_logits = false);
+
+// The text `generated` adds after `prompt` (token ids, without a bos/eos before them):
+// decode(prompt + generated) minus decode(prompt). Decoding the new tokens alone loses what
+// depends on the tokens before them: SentencePiece drops the leading space of the first piece, so
+// "The history of" + "▁the" printed "The history ofthe". Where the two decodings part inside a
+// UTF-8 character (byte pieces), the difference starts at the last character boundary they share.
+std::string continuation_text(const std::function<std::string(const std::vector<int32_t>&)>& decode,
+                              const std::vector<int32_t>& prompt, const std::vector<int32_t>& generated);
 
 // Picks the next token from logits [V] (fp32, CPU); exposed for tests.
 int32_t pick_token(const torch::Tensor& logits, double temperature, double top_p, uint64_t* rng_state);

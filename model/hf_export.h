@@ -52,6 +52,12 @@ absl::StatusOr<model::ModelConfig> model_config_from_hf(const Json& hf, const st
 
 absl::StatusOr<ExportResult> export_hf(const ExportOptions& opt);
 
+// One sentence on what the export's dtype means for comparisons with lmeval on the run, whose
+// checkpoint holds fp32 weights: bf16 (the default) rounds them, so scores on the export (transformers,
+// lm-evaluation-harness) differ, and --dtype fp32 gives the run's own weights. The model card and
+// `lmtrain export`'s last line print it (issue 30 item 4).
+std::string precision_note(const std::string& dtype);
+
 // Loads an exported folder's weights into `model`. The folder's config must describe the same
 // architecture as model->config(); otherwise FailedPrecondition naming each differing field.
 absl::Status init_from_hf(const std::string& dir, model::Transformer& model);

@@ -45,7 +45,7 @@ export CI=true
 # RTLD_DEEPBIND outright (google/sanitizers#611). The tests that train or load a tokenizer cannot
 # run in this build; they are listed here and left out (LM_SAN_ALL=1 runs them anyway, to see).
 NEEDS_SPM="TrainedTokenizer|TokenizerTrain|PrepareTest|RunFolder|eval_crosscheck|export_spm|kill_soak"
-NEEDS_SPM+="|BadInput|BadConfig|BadShard|BadCheckpoint|DiskFull|BadMcData"
+NEEDS_SPM+="|BadInput|BadConfig|BadShard|BadCheckpoint|DiskFull|BadMcData|Restart|FirstHour"
 exclude=()
 [ "${LM_SAN_ALL:-0}" = 1 ] || [[ "$SAN" != *address* ]] || exclude=(-E "$NEEDS_SPM")
 [ "${SPM_ONLY:-0}" = 1 ] && exclude=(-R "$NEEDS_SPM")  # the UBSan-only pass over just those

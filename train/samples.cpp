@@ -47,10 +47,12 @@ Json generate_samples(model::Transformer& model, const std::vector<SamplePrompt>
     const model::Generation g = model::generate(model, p.ids, opt);
     std::vector<int32_t> text_ids = g.tokens;
     if (g.stopped_at_eos && !text_ids.empty()) text_ids.pop_back();  // eos ends the text, it is no text
+    // decode(prompt + new) - decode(prompt): keeps the space a new word starts with (issue 30 item 3)
+    const std::vector<int32_t> prompt(p.ids.begin() + (!p.ids.empty() && p.ids.front() == codec.bos_id), p.ids.end());
     generated += static_cast<int64_t>(g.tokens.size());
     samples.push_back({{"name", p.name},
                        {"prompt", p.text},
-                       {"completion", codec.decode(text_ids)},
+                       {"completion", model::continuation_text(codec.decode, prompt, text_ids)},
                        {"new_tokens", g.tokens.size()},
                        {"stopped_at_eos", g.stopped_at_eos}});
   }

@@ -30,6 +30,36 @@ TEST(EvalTables, McRowsInTaskOrderWithDashes) {
   EXPECT_NE(s.find("0.5000±0.0500"), std::string::npos) << s;     // piqa's acc_norm
 }
 
+// Issue 30 item 2: the examples too long for the model's context are a column of their own and a
+// closing line; a task with nothing scored shows dashes, not 0.
+TEST(EvalTables, McSkippedTooLongColumnAndNote) {
+  eval::McOptions o;
+  o.run.run = "runs/x";
+  o.tasks = {"piqa", "copa"};
+  Json piqa = task(0.5, false);
+  piqa["n"] = 142;
+  piqa["skipped_too_long"] = 58;
+  Json copa = {{"n", 0}, {"chance", 0.5}, {"acc", nullptr}, {"acc_stderr", nullptr}, {"skipped_too_long", 100},
+               {"split", "validation"}};
+  const Json r = {{"step", 80}, {"prefix", "bos"}, {"model", {{"max_seq_len", 256}}},
+                  {"tasks", {{"copa", copa}, {"piqa", piqa}}}};
+  const std::string s = mc_table(o, r);
+  const size_t h = s.find('\n') + 1;
+  const std::string header = s.substr(h, s.find('\n', h) - h);
+  EXPECT_NE(header.find("     n too long  chance"), std::string::npos) << header;
+  const size_t at = s.find("\npiqa ");
+  ASSERT_NE(at, std::string::npos) << s;
+  const std::string row = s.substr(at + 1, s.find('\n', at + 1) - at - 1);
+  EXPECT_NE(row.find(" 142       58 "), std::string::npos) << row;
+  const size_t c = s.find("\ncopa ");
+  ASSERT_NE(c, std::string::npos) << s;
+  const std::string copa_row = s.substr(c + 1, s.find('\n', c + 1) - c - 1);
+  EXPECT_EQ(copa_row.find("0.0000"), std::string::npos) << copa_row;
+  EXPECT_NE(s.find("158 examples not scored"), std::string::npos) << s;
+  EXPECT_NE(s.find("context of 256 tokens"), std::string::npos) << s;
+  EXPECT_NE(s.find("--strict"), std::string::npos) << s;
+}
+
 TEST(EvalTables, NllRowsWithTwin) {
   eval::NllOptions o;
   o.run.run = "runs/x";

@@ -21,6 +21,7 @@
 #include "data/shard_set.h"
 #include "eval/evaluate.h"
 #include "eval/run.h"
+#include "model/generate.h"
 #include "model/safetensors.h"
 #include "tokenizer/train.h"
 
@@ -191,6 +192,48 @@ class RunFolder : public ::testing::Test {
   }
 };
 
+// Issue 30 item 15: lmeval's --device defaults to auto, which is cuda when a CUDA device is
+// visible and cpu otherwise (as lmtrain fit); on a rented GPU the evaluation used to run on the CPU.
+TEST(Device, LmevalDefaultsToAutoCudaWhenVisible) {
+  EXPECT_EQ(RunOptions().device, "auto");
+  std::string why;
+  auto d = resolve_device("auto", /*cuda_available=*/true, &why);
+  LM_ASSERT_OK(d.status());
+  EXPECT_EQ(*d, "cuda");
+  EXPECT_EQ(why, "auto: a CUDA device is visible");
+  d = resolve_device("auto", false, &why);
+  LM_ASSERT_OK(d.status());
+  EXPECT_EQ(*d, "cpu");
+  EXPECT_EQ(why, "auto: no CUDA device visible");
+  d = resolve_device("cpu", true, &why);
+  LM_ASSERT_OK(d.status());
+  EXPECT_EQ(*d, "cpu");
+  EXPECT_EQ(why, "asked");
+  EXPECT_EQ(resolve_device("cuda", false, &why).status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(resolve_device("gpu", true, &why).status().code(), absl::StatusCode::kInvalidArgument);
+}
+
+// Issue 30 item 3: lmeval sample prints decode(prompt + new) - decode(prompt). A continuation
+// that starts a new word starts with a space; decoding the new tokens alone dropped it
+// ("The history ofthe").
+TEST_F(RunFolder, SampleContinuationKeepsItsLeadingSpace) {
+  auto tok = tokenizer::Tokenizer::load(run() + "/tokenizer");
+  LM_ASSERT_OK(tok.status());
+  auto decode = [&](const std::vector<int32_t>& ids) { return tok->decode(ids); };
+  for (const auto& [prompt, rest] : {std::pair<std::string, std::string>{"The history of", " the world"},
+                                     {"বাংলা", " ভাষা"}, {"The history", " of"}}) {
+    const TokenIds p = tok->encode(prompt), whole = tok->encode(prompt + rest);
+    ASSERT_LT(p.size(), whole.size());
+    ASSERT_TRUE(std::equal(p.begin(), p.end(), whole.begin())) << prompt << rest << ": prompt not a prefix";
+    const TokenIds added(whole.begin() + p.size(), whole.end());
+    EXPECT_NE(tok->decode(added).front(), ' ') << "the tokenizer no longer drops the space: " << rest;
+    EXPECT_EQ(model::continuation_text(decode, p, added), rest);
+    EXPECT_EQ(prompt + model::continuation_text(decode, p, added), tok->decode(whole));
+  }
+  EXPECT_EQ(model::continuation_text(decode, {}, tok->encode("hello")), "hello");  // empty prompt
+  EXPECT_EQ(model::continuation_text(decode, tok->encode("hello"), {}), "");
+}
+
 TEST_F(RunFolder, LoadsLatestAndNamedStep) {
   auto r = load_run(run());
   LM_ASSERT_OK(r.status());
@@ -334,12 +377,24 @@ TEST_F(RunFolder, McOnSampleBenchWithTwin) {
   o.run.run = run();
   o.run.twin = true;
   o.data_dir = bench;
-  // PIQA's solutions are longer than this model's context of 64 tokens: refused, as the harness does.
+  // Some PIQA solutions are longer than this model's context of 64 tokens: those items are skipped
+  // and counted (issue 30 item 2), the rest scored; --strict refuses, as the harness does.
   o.tasks = {"piqa"};
   o.limit = 6;
+  o.run.out = dir() + "/mc_piqa.json";
+  auto skipping = run_mc(o);
+  LM_ASSERT_OK(skipping.status());
+  const Json& piqa = (*skipping)["tasks"]["piqa"];
+  EXPECT_GE(piqa["skipped_too_long"].get<int64_t>(), 1) << piqa.dump();
+  EXPECT_EQ(piqa["n"].get<int64_t>() + piqa["skipped_too_long"].get<int64_t>(), 6) << piqa.dump();
+  EXPECT_EQ(piqa["skipped_ids"].size(), piqa["skipped_too_long"].get<size_t>());
+  EXPECT_EQ(piqa["twin"]["n"], piqa["n"]);
+  o.strict = true;
   auto refused = run_mc(o);
   ASSERT_EQ(refused.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_NE(refused.status().message().find("longer than the model's context of 64"), std::string::npos);
+  o.strict = false;
+  o.run.out.clear();
   o.tasks = {"arc_easy", "copa", "winogrande", "benqa"};
   o.log_samples = dir() + "/mc_samples.jsonl";
   auto j = run_mc(o);
@@ -356,6 +411,7 @@ TEST_F(RunFolder, McOnSampleBenchWithTwin) {
     EXPECT_EQ(tj.contains("acc_norm"), norm) << t;
     EXPECT_EQ(tj.contains("paired_acc_norm"), norm) << t;
     EXPECT_TRUE(tj.contains("truncated")) << t;
+    EXPECT_EQ(tj["skipped_too_long"], 0) << t;
   }
   EXPECT_DOUBLE_EQ((*j)["tasks"]["winogrande"]["chance"].get<double>(), 0.5);
   EXPECT_EQ((*j)["prefix"], "bos");  // from the framing bos + text + eos; also the harness's on our export

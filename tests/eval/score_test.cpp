@@ -4,6 +4,7 @@
 
 #include <cmath>
 #include <map>
+#include <tuple>
 
 #include "eval/nll.h"
 #include "eval/score.h"
@@ -111,8 +112,8 @@ TEST(McScoring, HandMadeExampleGivesExpectedAccAndAccNorm) {
 
 // The model's context (window): a request longer than window + 1 tokens is counted (its context
 // is cut from the left by the scorer, as the harness), a continuation longer than the window is
-// refused, as the harness asserts len(continuation_enc) <= max_length.
-TEST(McScoring, TruncationCountedAndLongContinuationRefused) {
+// refused under strict, as the harness asserts len(continuation_enc) <= max_length.
+TEST(McScoring, TruncationCountedAndLongContinuationRefusedWhenStrict) {
   McTask task;
   task.name = "hand";
   // bytes_of: one token per byte. Context "Question: q1\nAnswer:" = 20 tokens; " a" 2, " bbbbbb" 7.
@@ -128,11 +129,49 @@ TEST(McScoring, TruncationCountedAndLongContinuationRefused) {
   auto narrow = score_task(task, bytes_of, scorer, {}, 21);
   ASSERT_TRUE(narrow.ok()) << narrow.status();
   EXPECT_EQ(narrow->truncated, 1);  // 27 > 22; 22 = 21 + 1 still fits
-  auto refused = score_task(task, bytes_of, scorer, {}, 6);
+  auto refused = score_task(task, bytes_of, scorer, {}, 6, /*strict=*/true);
   ASSERT_EQ(refused.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_NE(refused.status().message().find("continuation is 7 tokens, longer than the model's context of 6"),
             std::string::npos)
       << refused.status();
+  EXPECT_NE(refused.status().message().find("--strict"), std::string::npos) << refused.status();
+}
+
+// Issue 30 item 2: without strict, an example whose continuation cannot fit the context is left
+// out and listed (the others are scored), instead of ending the whole evaluation.
+TEST(McScoring, LongContinuationSkippedAndCountedByDefault) {
+  McTask task;
+  task.name = "hand";
+  for (const auto& [id, choices, gold] : {std::tuple<std::string, std::vector<std::string>, int>{"q0", {"a", "b"}, 0},
+                                          {"q1", {"a", "bbbbbb"}, 1},  // " bbbbbb": 7 tokens
+                                          {"q2", {"aa", "b"}, 1}}) {
+    task.examples.push_back(question_answer_example(id, choices, gold));
+    task.examples.back().id = id;
+  }
+  // Choice 1 is always the better one: q2 right, q0 wrong.
+  Scorer scorer = [](const std::vector<TokenRequest>& reqs) -> absl::StatusOr<std::vector<std::vector<double>>> {
+    std::vector<std::vector<double>> out;
+    for (const auto& r : reqs) out.emplace_back(r.continuation.size(), text_of(r.continuation) == " b" ? -0.1 : -2.0);
+    return out;
+  };
+  auto s = score_task(task, bytes_of, scorer, {}, 6);
+  ASSERT_TRUE(s.ok()) << s.status();
+  ASSERT_EQ(s->skipped.size(), 1u);
+  EXPECT_EQ(s->skipped[0].id, "q1");
+  EXPECT_EQ(s->skipped[0].choice, 1);
+  EXPECT_EQ(s->skipped[0].continuation, 7);
+  EXPECT_EQ(s->kept, (std::vector<size_t>{0, 2}));
+  ASSERT_EQ(s->examples.size(), 2u);
+  EXPECT_EQ(s->examples[0].id, "q0");
+  EXPECT_EQ(s->examples[1].id, "q2");
+  EXPECT_EQ(s->requests.size(), 4u);  // the skipped example's choices are not scored
+  EXPECT_EQ(s->examples[0].pred, 1);
+  EXPECT_EQ(s->examples[1].pred, 1);
+  EXPECT_EQ(task_metrics(s->examples, 0.5).n, 2);
+  auto wide = score_task(task, bytes_of, scorer, {}, 64);
+  ASSERT_TRUE(wide.ok()) << wide.status();
+  EXPECT_TRUE(wide->skipped.empty());
+  EXPECT_EQ(wide->examples.size(), 3u);
 }
 
 TEST(McScoring, TiesGoToTheFirstChoiceAsNumpyArgmax) {

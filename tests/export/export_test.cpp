@@ -284,6 +284,10 @@ TEST_F(ExportTest, ExportRoundTripTensorsAndConfig) {
       const std::string card = *read_file(o.out + "/README.md");
       EXPECT_NE(card.find("| layers / d_model / heads / kv heads | 2 / 64 / 4 / 2 |"), std::string::npos) << card;
       EXPECT_NE(card.find(std::string("| tied embeddings | ") + (tied ? "yes" : "no") + " |"), std::string::npos);
+      // The card says what the dtype means next to lmeval on the run (issue 30 item 4).
+      EXPECT_NE(card.find("Precision: " + precision_note(dtype)), std::string::npos) << card;
+      EXPECT_NE(precision_note(dtype).find(dtype), std::string::npos);
+      EXPECT_EQ(card.find("--dtype fp32") != std::string::npos, dtype == "bf16") << card;
     }
   }
 }

@@ -99,6 +99,10 @@ TEST_F(SamplesTest, WrittenAtEachValidationFromTheValidationText) {
       const int64_t n = s["new_tokens"].get<int64_t>();
       EXPECT_TRUE(n == 5 || (n < 5 && s["stopped_at_eos"].get<bool>())) << s.dump();
       EXPECT_FALSE(s["completion"].get<std::string>().empty() && n > 1) << s.dump();
+      // decode(prompt + new) - decode(prompt): the words go on after a space, not glued to the
+      // prompt's last word (issue 30 item 3).
+      const std::string completion = s["completion"].get<std::string>();
+      EXPECT_TRUE(completion.empty() || completion[0] == ' ') << s.dump();
       generated += n;
     }
     EXPECT_EQ(row["new_tokens"], generated);
