@@ -39,17 +39,32 @@ struct DemoOptions {
 
 std::string self_exe() { return fs::read_symlink("/proc/self/exe").string(); }
 
-std::string find_corpus() {
-  std::vector<fs::path> candidates;
-  if (const char* env = std::getenv("LM_SAMPLE_DIR")) candidates.emplace_back(fs::path(env) / "corpus.json");
-  const fs::path exe_dir = fs::path(self_exe()).parent_path();
-  candidates.push_back(exe_dir / "../../data/sample/corpus.json");  // build/app/lmtrain in a checkout
-  candidates.push_back(exe_dir / "../share/lmforge/sample/corpus.json");  // installed (Docker)
-  candidates.push_back(fs::current_path() / "data/sample/corpus.json");
+// Where the bundled sample corpus is looked for, in order: $LM_SAMPLE_DIR; beside an installed
+// binary, <prefix>/share/lmforge/sample (cmake --install, the Docker images); the source tree's
+// data/sample, recorded when the build was configured (any build folder, in the tree or not).
+// Neither the working directory nor the build folder's place matters.
+std::vector<fs::path> sample_candidates() {
+  std::vector<fs::path> c;
+  if (const char* env = std::getenv("LM_SAMPLE_DIR")) c.emplace_back(fs::path(env) / "corpus.json");
+  c.push_back(fs::path(self_exe()).parent_path() / "../share/lmforge/sample/corpus.json");
+#ifdef LM_SAMPLE_SOURCE_DIR
+  c.push_back(fs::path(LM_SAMPLE_SOURCE_DIR) / "corpus.json");
+#endif
+  return c;
+}
+
+absl::StatusOr<std::string> find_corpus() {
+  const std::vector<fs::path> candidates = sample_candidates();
+  if (std::getenv("LM_SAMPLE_DIR") != nullptr && !fs::exists(candidates.front()))
+    return absl::NotFoundError(candidates.front().string() + ": not found (LM_SAMPLE_DIR names the folder holding "
+                               "the sample's corpus.json; unset it to use the bundled one)");
+  std::vector<std::string> tried;
   for (const auto& c : candidates) {
     if (fs::exists(c)) return fs::weakly_canonical(c).string();
+    tried.push_back(c.lexically_normal().string());
   }
-  return "";
+  return absl::NotFoundError("the bundled sample corpus was not found (looked at " + absl::StrJoin(tried, ", ") +
+                             "); pass --corpus PATH, set LM_SAMPLE_DIR, or install with cmake --install");
 }
 
 // SIGINT/SIGTERM sent to the demo go to the stage running (a `kill` of the demo must not leave
@@ -104,10 +119,11 @@ Json read_or_empty(const fs::path& p) {
 
 absl::Status run_demo(const DemoOptions& o) {
   const auto t0 = std::chrono::steady_clock::now();
-  const std::string corpus = o.corpus.empty() ? find_corpus() : o.corpus;
-  if (corpus.empty() || !fs::exists(corpus)) {
-    return absl::NotFoundError("the bundled sample corpus was not found (expected data/sample/corpus.json in the "
-                               "repository; pass --corpus PATH or set LM_SAMPLE_DIR)");
+  std::string corpus = o.corpus;
+  if (corpus.empty()) {
+    LM_ASSIGN_OR_RETURN(corpus, find_corpus());
+  } else if (!fs::exists(corpus)) {
+    return absl::NotFoundError(corpus + ": not found (--corpus)");
   }
   const fs::path out(o.out);
   const fs::path marker = out / ".lmforge-demo";
@@ -177,7 +193,8 @@ void add_demo(CLI::App& app, Registry& reg) {
   auto* sub = app.add_subcommand(
       "demo", "the whole chain on the bundled sample corpus, on the CPU (measured time and throughput: README.md, \"The demo\")");
   sub->add_option("--out", o.out, "output folder (re-created on each run)")->capture_default_str();
-  sub->add_option("--corpus", o.corpus, "corpus manifest (default: the bundled data/sample/corpus.json)");
+  sub->add_option("--corpus", o.corpus, "corpus manifest (default: the bundled sample: $LM_SAMPLE_DIR, else "
+                  "<prefix>/share/lmforge/sample of an install, else the source tree's data/sample)");
   sub->add_option("--preset", o.preset, "model preset")->capture_default_str();
   sub->add_option("--vocab-size", o.vocab, "tokenizer vocabulary")->capture_default_str();
   sub->add_option("--steps", o.steps, "training steps")->capture_default_str();

@@ -7,6 +7,7 @@
 #include "core/file.h"
 #include "core/log.h"
 #include "data/prepare.h"
+#include "runtime/runtime.h"
 
 namespace lm::app {
 namespace {
@@ -41,8 +42,18 @@ absl::Status run_prepare(PrepareCmd& c, CLI::App* sub) {
     return absl::OkStatus();
   }
   if (c.o.tokenizer.empty()) return absl::InvalidArgumentError("--tokenizer: required (the folder 'lmtrain tokenizer' wrote)");
-  LM_RETURN_IF_ERROR(check_new_output(c.o.out, c.force, "shards"));
-  LM_ASSIGN_OR_RETURN(data::ShardManifest m, data::prepare(c.o));
+  LM_RETURN_IF_ERROR(data::check_output_folder(c.o.out, c.force));
+  // SIGINT/SIGTERM: prepare stops between batches and removes its staging folder (a second one
+  // exits at once; the next prepare removes what that left).
+  install_stop_handlers();
+  c.o.stop_signal = [] { return stop_signal(); };
+  auto prepared = data::prepare(c.o);
+  if (prepared.status().code() == absl::StatusCode::kCancelled && stop_signal() != 0) {
+    log_warn("%s", std::string(prepared.status().message()));
+    global_options().exit_code = 128 + stop_signal();
+    return absl::OkStatus();
+  }
+  LM_ASSIGN_OR_RETURN(data::ShardManifest m, std::move(prepared));
   std::printf("%s", data::format_report(m).c_str());
   std::printf("wrote %zu shards and %s/manifest.json (%.2f MB/s of text)\n", m.shards.size(), c.o.out.c_str(),
               m.prepare.value("mb_per_s", 0.0));
@@ -77,7 +88,9 @@ void add_prepare(CLI::App& app, Registry& reg) {
       "  lmtrain prepare --corpus corpus.json --tokenizer tok/ --out shards/\n"
       "  lmtrain prepare --corpus corpus.json --tokenizer tok/ --out shards/ --val-fraction 0.01 --dedup --verify\n"
       "  lmtrain prepare --verify --out shards/ [--tokenizer tok/]\n"
-      "An existing, non-empty --out is refused unless --force (runs trained on those shards would change).");
+      "An existing, non-empty --out is refused unless --force (runs trained on those shards would change);\n"
+      "--force removes the shards the new manifest does not list and leaves other files alone.\n"
+      "Signals: SIGINT/SIGTERM stop after the batch being encoded, remove OUT/.prepare.tmp, exit 130/143.");
   add_global_flags(sub);
   reg.push_back({sub, [c, sub] { return run_prepare(*c, sub); }});
 }

@@ -8,11 +8,14 @@
 #include <unistd.h>
 #include <zlib.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
 
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
 
 namespace lm {
 absl::Status errno_status(std::string_view what, const std::string& path, std::string_view after) {
@@ -212,6 +215,13 @@ absl::Status check_new_output(const std::string& dir, bool force, std::string_vi
   return absl::AlreadyExistsError(absl::StrCat(
       dir, ": already holds ", std::string(what), " (runs and shards made from it would silently change); write to "
       "another folder, or pass ", std::string(force_flag), " to replace it"));
+}
+
+std::string name_list(std::vector<std::string> names, size_t shown) {
+  std::sort(names.begin(), names.end());
+  const size_t n = names.size();
+  if (n > shown) names.resize(shown);
+  return absl::StrCat(absl::StrJoin(names, ", "), n > shown ? absl::StrCat(" and ", n - shown, " more") : "");
 }
 
 }  // namespace lm

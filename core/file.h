@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "core/status.h"
 
@@ -25,6 +26,10 @@ absl::Status write_file_atomic(const std::string& path, std::string_view data);
 // missing or empty). `what` says what the folder holds ("tokenizer", "shards").
 absl::Status check_new_output(const std::string& dir, bool force, std::string_view what,
                               std::string_view force_flag = "--force");
+
+// "a, b, c and 4 more": `names` sorted, the first `shown` of them, for a message saying what a
+// folder holds.
+std::string name_list(std::vector<std::string> names, size_t shown = 5);
 
 // Removes `path` and everything under it (not following symbolic links); a missing path is OK.
 // Our own walk (nftw) instead of std::filesystem::remove_all: the torch wheel's libtorch_cpu.so

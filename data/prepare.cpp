@@ -13,6 +13,8 @@
 #include <set>
 #include <thread>
 
+#include <unistd.h>
+
 #include "absl/strings/str_format.h"
 #include "core/file.h"
 #include "core/log.h"
@@ -161,25 +163,62 @@ absl::Status check_options(const PrepareOptions& o) {
   return absl::OkStatus();
 }
 
+constexpr const char* kStagingName = ".prepare.tmp";
+
+// Shard files (*.lmtok) directly in `dir` that `m` does not list; removed after a new manifest.
+std::vector<fs::path> unlisted_shards(const std::string& dir, const ShardManifest& m) {
+  std::set<std::string> listed;
+  for (const auto& e : m.shards) listed.insert(e.path);
+  std::vector<fs::path> out;
+  std::error_code ec;
+  for (const auto& e : fs::directory_iterator(dir, ec))
+    if (e.is_regular_file(ec) && e.path().extension() == ".lmtok" && !listed.count(e.path().filename().string()))
+      out.push_back(e.path());
+  return out;
+}
+
 // Shards are written into a staging folder inside `out` and moved in only once the whole corpus
 // has been read: a bad line late in the corpus (or a full disk) must not replace shards of an
-// existing folder. The staging folder is removed however prepare ends.
+// existing folder. The staging folder is removed however prepare ends (a signal included: prepare
+// asks `stop_signal` between batches); an `out` that prepare created is removed with it if empty.
 class Staging {
  public:
   static absl::StatusOr<std::unique_ptr<Staging>> create(const std::string& out) {
     std::error_code ec;
+    const bool existed = fs::exists(out, ec);
     fs::create_directories(out, ec);
     if (ec) return absl::FailedPreconditionError(absl::StrCat(out, ": cannot create the folder: ", ec.message()));
-    const fs::path dir = fs::path(out) / ".prepare.tmp";
-    LM_RETURN_IF_ERROR(remove_tree(dir.string()));
+    const fs::path dir = fs::path(out) / kStagingName;
+    LM_RETURN_IF_ERROR(remove_tree(dir.string()));  // left by a prepare killed outright (kill -9, a second Ctrl-C)
     fs::create_directories(dir, ec);
     if (ec) return absl::FailedPreconditionError(absl::StrCat(dir.string(), ": cannot create: ", ec.message()));
-    return std::unique_ptr<Staging>(new Staging(dir, out));
+    return std::unique_ptr<Staging>(new Staging(dir, out, !existed));
   }
-  ~Staging() { (void)remove_tree(dir_.string()); }
+  ~Staging() { (void)discard(); }
   std::string path(const std::string& name) const { return (dir_ / name).string(); }
+  // Removes the staging folder (and `out` when prepare created it and it is empty); returns what
+  // was removed, for the message.
+  std::string discard() {
+    if (discarded_) return "";
+    discarded_ = true;
+    uint64_t files = 0, bytes = 0;
+    std::error_code ec;
+    for (const auto& e : fs::directory_iterator(dir_, ec)) {
+      if (!e.is_regular_file(ec)) continue;
+      ++files;
+      bytes += e.file_size(ec);
+    }
+    const absl::Status removed = remove_tree(dir_.string());
+    std::string what = removed.ok() ? absl::StrFormat("removed %s (%d unfinished shard files, %.1f MB)", dir_.string(),
+                                                      files, bytes / 1e6)
+                                    : absl::StrFormat("could not remove %s: %s", dir_.string(), removed.message());
+    if (created_out_ && fs::is_empty(out_, ec) && ::rmdir(out_.c_str()) == 0)
+      return what + absl::StrFormat(" and %s, which this prepare had created", out_);
+    return what + absl::StrFormat("; nothing else in %s was changed", out_);
+  }
   // Moves every shard of `m` into the output folder, then writes manifest.json (last: a folder
-  // whose manifest names a shard has that shard).
+  // whose manifest names a shard has that shard), then removes the shards it does not list (those
+  // of a previous corpus, under --force).
   absl::Status commit(const ShardManifest& m) const {
     std::error_code ec;
     for (const auto& e : m.shards) {
@@ -187,13 +226,23 @@ class Staging {
       if (ec) return absl::InternalError(absl::StrCat(path(e.path), ": cannot move into ", out_, ": ", ec.message()));
     }
     LM_RETURN_IF_ERROR(fsync_dir(out_));
-    return write_manifest(out_, m);
+    LM_RETURN_IF_ERROR(write_manifest(out_, m));
+    const std::vector<fs::path> stale = unlisted_shards(out_, m);
+    for (const auto& p : stale)
+      if (::unlink(p.c_str()) != 0) return errno_status("unlink", p.string(), "the new manifest.json is complete");
+    if (!stale.empty())
+      log_info("prepare: removed %d shard files in %s that the new manifest.json does not list (a previous corpus's)",
+               stale.size(), out_);
+    return absl::OkStatus();
   }
 
  private:
-  Staging(fs::path dir, std::string out) : dir_(std::move(dir)), out_(std::move(out)) {}
+  Staging(fs::path dir, std::string out, bool created_out)
+      : dir_(std::move(dir)), out_(std::move(out)), created_out_(created_out) {}
   fs::path dir_;
   std::string out_;
+  bool created_out_ = false;
+  bool discarded_ = false;
 };
 
 // The manifest's header: the tokenizer's identity and framing, and where it is.
@@ -264,6 +313,10 @@ absl::Status read_corpus(const CorpusManifest& corpus, const PrepareOptions& o, 
     bool cancelled = false;
     ReadStats st;
     status = for_each_document(corpus, corpus.sources[si], ro, [&](const std::string& doc) -> absl::Status {
+      if (o.stop_signal && o.stop_signal() != 0) {
+        cancelled = true;
+        return stop_reading();
+      }
       b.bytes += doc.size();
       b.docs.push_back(doc);
       if (static_cast<int64_t>(b.bytes) < o.batch_bytes) return absl::OkStatus();
@@ -310,6 +363,10 @@ absl::StatusOr<EncodeTotals> encode_batches(const tokenizer::Tokenizer& tok, con
     }
     t.bytes += b.bytes;
     progress.update(static_cast<double>(std::min(t.bytes, total_bytes)), rate(progress.elapsed_s()));
+    if (o.stop_signal && o.stop_signal() != 0) {
+      queue.cancel();
+      return absl::CancelledError("stopped by a signal");  // prepare() says what it removed
+    }
   }
   t.seconds = progress.elapsed_s();
   progress.finish(rate(t.seconds));
@@ -386,6 +443,9 @@ absl::StatusOr<ShardManifest> prepare(const PrepareOptions& o) {
   std::thread reader([&] { read_status = read_corpus(corpus, o, queue, stats); });
   auto encoded = encode_batches(tok, o, n_threads, total_bytes, queue, outputs);
   reader.join();
+  if (const int sig = o.stop_signal ? o.stop_signal() : 0; sig != 0)
+    return absl::CancelledError(
+        absl::StrFormat("prepare stopped by signal %d before the shards were complete: %s", sig, staging->discard()));
   LM_RETURN_IF_ERROR(read_status);
   LM_RETURN_IF_ERROR(encoded.status());
   if (encoded->tokens == 0)
@@ -405,6 +465,32 @@ absl::StatusOr<ShardManifest> prepare(const PrepareOptions& o) {
   warn_about(corpus, m, o, all);
   LM_RETURN_IF_ERROR(staging->commit(m));
   return m;
+}
+
+absl::Status check_output_folder(const std::string& out, bool force) {
+  std::error_code ec;
+  if (force || !fs::exists(out, ec)) return absl::OkStatus();
+  if (!fs::is_directory(out, ec))
+    return absl::FailedPreconditionError(out + ": is a file; --out names the folder the shards go to");
+  std::vector<std::string> others;
+  int64_t shards = 0;
+  bool manifest = false;
+  for (const auto& e : fs::directory_iterator(out, ec)) {
+    const std::string name = e.path().filename().string();
+    if (name == kStagingName) continue;  // an interrupted prepare's: removed when this one starts
+    if (name == "manifest.json") manifest = true;
+    else if (e.path().extension() == ".lmtok") ++shards;
+    else others.push_back(name + (e.is_directory(ec) ? "/" : ""));
+  }
+  if (manifest || shards > 0)
+    return absl::AlreadyExistsError(absl::StrFormat(
+        "%s: already holds shards (%s%d shard files; runs trained on them would silently change); write to another "
+        "folder, or pass --force to replace them (shards the new manifest does not list are removed, other files "
+        "are left alone)", out, manifest ? "manifest.json, " : "no manifest.json, ", shards));
+  if (others.empty()) return absl::OkStatus();
+  return absl::AlreadyExistsError(absl::StrFormat(
+      "%s: is not empty: it holds %s and no shards (no manifest.json, no .lmtok file); name an empty or new folder, "
+      "or pass --force to write the shards beside what is there (it is left alone)", out, name_list(others, 3)));
 }
 
 std::vector<MixturePart> mixture_parts(const ShardManifest& m) {

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <string>
 
 #include "core/status.h"
@@ -23,6 +24,9 @@ struct PrepareOptions {
   int64_t batch_bytes = 4 << 20;       // text per encode_batch call
   double plan_tokens = 0;              // > 0: report the passes over each language and source that
                                        // training on this many tokens makes (warns above kMaxFreshPasses)
+  // Not an option: asked between batches; nonzero (the signal number) stops prepare, which then
+  // removes its staging folder and returns Cancelled saying so (lmtrain prepare: SIGINT/SIGTERM).
+  std::function<int()> stop_signal;
   template <class V>
   void visit(V& v) {
     v("corpus", corpus);
@@ -42,7 +46,14 @@ struct PrepareOptions {
 // the same on every run and machine, and duplicates always land on the same side.
 bool is_validation_doc(const std::string& doc, double val_fraction);
 
-// Runs the whole preparation; returns the manifest it wrote to out/manifest.json.
+// Whether prepare may write into `out`: a missing or empty folder (or one holding only the
+// staging folder of an interrupted prepare) is OK; one with shards (manifest.json or *.lmtok) is
+// AlreadyExists saying so, one with other files AlreadyExists naming what it holds; `force`
+// allows both (shards the new manifest does not list are then removed, other files left alone).
+absl::Status check_output_folder(const std::string& out, bool force);
+
+// Runs the whole preparation; returns the manifest it wrote to out/manifest.json. Shard files
+// (*.lmtok) in `out` that the new manifest does not list are removed once it is written.
 absl::StatusOr<ShardManifest> prepare(const PrepareOptions& options);
 
 // Tables for people: per language (documents, characters, tokens per split, tokens per character,

@@ -72,11 +72,7 @@ absl::Status check_export_target(const std::string& out, bool folder, bool force
     std::vector<std::string> names;
     for (const auto& e : fs::directory_iterator(out, ec)) names.push_back(e.path().filename().string());
     if (names.empty()) return absl::OkStatus();
-    std::sort(names.begin(), names.end());
-    const size_t n = names.size();
-    if (n > 5) names.resize(5);
-    return absl::AlreadyExistsError(absl::StrCat(out, ": not empty (holds ", absl::StrJoin(names, ", "),
-                                                 n > 5 ? absl::StrCat(" and ", n - 5, " more") : "",
+    return absl::AlreadyExistsError(absl::StrCat(out, ": not empty (holds ", name_list(std::move(names)),
                                                  "); pass --force to write over it, or pick another --out"));
   }
   const std::string what = fs::is_directory(out, ec) ? "a folder"

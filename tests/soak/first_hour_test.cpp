@@ -1,12 +1,160 @@
-// Issue 30, "the first hour" (items 2, 4, 15), end to end on the real lmtrain / lmeval: lmeval mc
-// scores what fits the context; export's last line says what bf16 means; lmeval picks the GPU by
-// itself. Each case works on a copy of the shared workspace (tests/soak/cli_harness.h).
+// Issue 30, "the first hour" (items 2, 4, 14, 15), end to end on the real lmtrain / lmeval: a
+// Ctrl-C during prepare cleans up after itself, --force leaves no shard of the previous corpus,
+// a folder without shards is described as what it holds; lmeval mc scores what fits the context;
+// export's last line says what bf16 means; lmeval picks the GPU by itself. Each case works on a
+// copy of the shared workspace (tests/soak/cli_harness.h).
+#include <chrono>
+#include <set>
+#include <thread>
+
 #include "tests/soak/cli_harness.h"
 
 namespace {
 using namespace lm_cli_test;
 
-class FirstHour : public BadInput {};
+// Starts argv in the background with stdout and stderr in `log`; returns its pid.
+pid_t start(const std::vector<std::string>& argv, const fs::path& log) {
+  fs::create_directories(log.parent_path());
+  const pid_t pid = fork();
+  if (pid == 0) {
+    const int fd = ::open(log.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    dup2(fd, 1);
+    dup2(fd, 2);
+    std::vector<char*> args;
+    for (const auto& a : argv) args.push_back(const_cast<char*>(a.c_str()));
+    args.push_back(nullptr);
+    execv(args[0], args.data());
+    _exit(127);
+  }
+  return pid;
+}
+
+// The exit status of `pid` (128+N after signal N); -1 while it runs when `block` is false.
+int exit_status(pid_t pid, bool block) {
+  int status = 0;
+  if (waitpid(pid, &status, block ? 0 : WNOHANG) == 0) return -1;
+  return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+}
+
+bool has_shard_file(const fs::path& dir) {
+  std::error_code ec;
+  for (const auto& e : fs::directory_iterator(dir, ec))
+    if (e.path().extension() == ".lmtok") return true;
+  return false;
+}
+
+// A corpus that takes prepare several 4 MB batches: `mb` MB of 12-word lines (each a document)
+// drawn from a fixed word list by a fixed xorshift, so every run writes the same file.
+std::string big_corpus(const fs::path& dir, size_t mb) {
+  static const std::vector<std::string> words = {"the",   "history", "of",    "river", "city",  "language", "old",
+                                                 "north", "sea",     "paper", "road",  "rain",  "market",   "song",
+                                                 "a",     "and",     "with",  "was",   "under", "morning",  "light"};
+  std::string text;
+  text.reserve(mb << 20);
+  uint64_t x = 88172645463325252ull;
+  while (text.size() < (mb << 20)) {
+    for (int i = 0; i < 12; ++i) {
+      x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+      text += words[x % words.size()];
+      text += ' ';
+    }
+    text.back() = '\n';
+  }
+  spit(dir / "big.txt", text);
+  spit(dir / "corpus.json", R"({"sources": [{"paths": ["big.txt"], "format": "lines", "lang": "en"}]})");
+  return (dir / "corpus.json").string();
+}
+
+class FirstHour : public BadInput {
+ protected:
+  // `lmtrain prepare` of `corpus` into `out` in the background, SIGINT once its staging folder
+  // holds a shard file; returns the exit status and the output in `log`.
+  int prepare_interrupted(const std::string& corpus, const std::string& out, bool force, std::string* log) {
+    std::vector<std::string> argv = {kLmtrain, "prepare", "--corpus", corpus, "--tokenizer", w("tok"), "--out",
+                                     w(out), "--shard-tokens", "20000", "--threads", "2"};
+    if (force) argv.push_back("--force");
+    const fs::path log_file = logs() / (out + ".log");
+    const pid_t pid = start(argv, log_file);
+    const fs::path staging = ws() / out / ".prepare.tmp";
+    int rc = -1;
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(120);
+    while (!has_shard_file(staging) && (rc = exit_status(pid, false)) < 0 && std::chrono::steady_clock::now() < deadline)
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    if (rc < 0) {
+      kill(pid, SIGINT);
+      rc = exit_status(pid, true);
+    } else {
+      ADD_FAILURE() << "prepare ended (" << rc << ") before a shard was staged: the corpus is too small";
+    }
+    *log = slurp(log_file);
+    return rc;
+  }
+};
+
+// Item 14: SIGINT during prepare removes its .prepare.tmp and says so, exits 130; shards that were
+// there (--force) are untouched, and a folder prepare created is removed with it. Before, the
+// signal killed prepare outright: exit 130, no message, a .prepare.tmp that then blocked the same
+// command ("already holds shards").
+TEST_F(FirstHour, PrepareInterruptedBySigintRemovesItsStagingFolder) {
+  copy_in("tok");
+  copy_in("shards");
+  const std::string corpus = big_corpus(ws() / "big", 24);
+  const Snapshot before = snapshot(ws() / "shards");
+  for (const std::string out : {"shards", "fresh"}) {
+    SCOPED_TRACE(out);
+    std::string log;
+    EXPECT_EQ(prepare_interrupted(corpus, out, /*force=*/out == "shards", &log), 130) << log;
+    EXPECT_NE(log.find("prepare stopped by signal 2"), std::string::npos) << log;
+    EXPECT_NE(log.find("removed " + w(out) + "/.prepare.tmp ("), std::string::npos) << log;
+    EXPECT_NE(log.find(out == "shards" ? "; nothing else in " + w(out) + " was changed"
+                                       : " and " + w(out) + ", which this prepare had created"),
+              std::string::npos)
+        << log;
+    EXPECT_FALSE(fs::exists(ws() / out / ".prepare.tmp")) << log;
+  }
+  EXPECT_EQ(snapshot(ws() / "shards"), before);
+  EXPECT_FALSE(fs::exists(ws() / "fresh")) << "the folder prepare created is left behind";
+}
+
+// Item 14: a folder holding other files is described as what it holds (it was "already holds
+// shards"); one holding only an interrupted prepare's .prepare.tmp (kill -9) is taken as empty.
+TEST_F(FirstHour, PrepareSaysWhatAFolderWithoutShardsHolds) {
+  copy_in("tok");
+  spit(ws() / "notes" / "notes.txt", "my notes\n");
+  spit(ws() / "killed" / ".prepare.tmp" / "en.x.train.00000.lmtok", "half a shard");
+  const Snapshot before = snapshot(ws() / "notes");
+  Result r = lmtrain({"prepare", "--corpus", kSampleCorpus, "--tokenizer", w("tok"), "--out", w("notes")});
+  EXPECT_BAD_INPUT(r, w("notes") + ": is not empty: it holds notes.txt and no shards", "--force");
+  EXPECT_EQ(r.err.find("already holds shards"), std::string::npos) << r.err;
+  EXPECT_EQ(snapshot(ws() / "notes"), before);
+  r = lmtrain({"prepare", "--corpus", kSampleCorpus, "--tokenizer", w("tok"), "--out", w("killed")});
+  EXPECT_EQ(r.rc, 0) << r.err;
+  EXPECT_TRUE(fs::exists(ws() / "killed" / "manifest.json"));
+  EXPECT_FALSE(fs::exists(ws() / "killed" / ".prepare.tmp"));
+}
+
+// Item 14: prepare --force over a shards folder leaves only the shards the new manifest lists
+// (before, the previous corpus's shards stayed beside it); other files are left alone.
+TEST_F(FirstHour, PrepareForceRemovesShardsTheNewManifestDoesNotList) {
+  copy_in("tok");
+  copy_in("shards");
+  spit(ws() / "shards" / "notes.txt", "keep me\n");
+  spit(ws() / "small" / "en.txt", "one small English document\nand a second one\nand a third\n");
+  spit(ws() / "small" / "corpus.json", R"({"sources": [{"paths": ["en.txt"], "format": "lines", "lang": "en"}]})");
+  size_t before = 0;
+  for (const auto& e : fs::directory_iterator(ws() / "shards")) before += e.path().extension() == ".lmtok";
+  Result r = prepare(w("small/corpus.json"));
+  ASSERT_EQ(r.rc, 0) << r.err;
+  auto manifest = lm::read_json_file(w("shards/manifest.json"));
+  ASSERT_TRUE(manifest.ok()) << manifest.status();
+  std::set<std::string> listed, found;
+  for (const auto& s : (*manifest)["shards"]) listed.insert(s["path"].get<std::string>());
+  for (const auto& e : fs::directory_iterator(ws() / "shards"))
+    if (e.path().extension() == ".lmtok") found.insert(e.path().filename().string());
+  EXPECT_EQ(found, listed);
+  EXPECT_LT(found.size(), before);
+  EXPECT_EQ(slurp(ws() / "shards" / "notes.txt"), "keep me\n");
+}
 
 // Item 2: an example longer than the model's context is skipped and counted, the rest scored
 // (before: "piqa example ... longer than the model's context" and no result); --strict stops.
