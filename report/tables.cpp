@@ -75,6 +75,14 @@ std::string mc_meta(const Json& j) {
   std::vector<std::string> missing;
   for (const auto& m : at(j, "missing")) missing.push_back(m.is_string() ? m.get<std::string>() : m.dump());
   if (!missing.empty()) s += " · no data for " + html_escape(absl::StrJoin(missing, ", "));
+  // Examples too long for the model's context are not scored (lmeval mc, issue 30 item 2): n counts the rest.
+  std::vector<std::string> too_long;
+  for (const auto& [name, t] : at(j, "tasks").items())
+    if (t.is_object() && t.value("skipped_too_long", int64_t{0}) > 0)
+      too_long.push_back(absl::StrFormat("%s %d", name, t["skipped_too_long"].get<int64_t>()));
+  if (!too_long.empty())
+    s += " · not scored, longer than the model's context: " + html_escape(absl::StrJoin(too_long, ", ")) +
+         " (n counts the scored)";
   s += " · p: exact McNemar test of model vs twin on the same items (bold below 0.05)";
   return "<p class=\"meta\">" + s + evaluation_note(j) + "</p>\n";
 }

@@ -715,7 +715,8 @@ TEST_F(ExportTest, ReportHasCurvesTablesSamplesAndPngs) {
   Json mc = {{"step", 20}, {"prefix", "bos"}, {"limit", 20}, {"missing", {"xcopa_bn"}},
              {"tasks", {{"copa", {{"n", 100}, {"chance", 0.5}, {"acc", 0.61}, {"acc_stderr", 0.049}, {"acc_norm", 0.58}, {"acc_norm_stderr", 0.05},
                                   {"split", "validation"}, {"twin", {{"acc", 0.49}}}, {"paired_acc", {{"p_value", 0.0123}}}, {"paired_acc_norm", {{"p_value", 0.31}}}}},
-                        {"sib200_bn", {{"n", 40}, {"chance", 0.1429}, {"acc", 0.2}, {"acc_stderr", 0.06}, {"split", "test"}}}}}};
+                        {"sib200_bn", {{"n", 40}, {"chance", 0.1429}, {"acc", 0.2}, {"acc_stderr", 0.06}, {"split", "test"},
+                                       {"skipped_too_long", 3}}}}}};
   LM_ASSERT_OK(write_json_file((run / "eval/nll.json").string(), nll));
   LM_ASSERT_OK(write_json_file((run / "eval/mc.json").string(), mc));
   auto rep = report::write_report(r.run_dir);
@@ -742,7 +743,8 @@ TEST_F(ExportTest, ReportHasCurvesTablesSamplesAndPngs) {
                                                                  "–", "–", "test"}));
   for (const char* needle : {"id=\"fertility\"", "3.25", "docs <b>stream</b>", "eval/nll-3f2a.json", "prefix <b>bos</b>",
                              "no data for xcopa_bn", "<td class=\"sig\">0.0123</td>", "id=\"config\"", "Noto Sans Bengali",
-                             "&quot;seq_len&quot;: 16"})  // the resolved config, HTML-escaped
+                             "&quot;seq_len&quot;: 16",  // the resolved config, HTML-escaped
+                             "not scored, longer than the model's context: sib200_bn 3 (n counts the scored)"})
     EXPECT_NE(html.find(needle), std::string::npos) << needle;
   // Samples: one row per validation step, one column per language, the prompt then the text.
   EXPECT_EQ(table_row(html, "samples", 0), (std::vector<std::string>{"step", "bn", "en"}));
