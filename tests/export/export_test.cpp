@@ -554,6 +554,9 @@ TEST_F(ExportTest, PythonLlamaReferenceMatchesUntied) { python_check(false); }
 TEST_F(ExportTest, DISABLED_WriteTransformersFixture) {
   const char* env = std::getenv("LM_EXPORT_FIXTURE_DIR");
   ASSERT_NE(env, nullptr) << "set LM_EXPORT_FIXTURE_DIR";
+  // The fixture is rewritten on every run of the client checks: its exports replace the last ones
+  // (--force; without it a second ctest run in the same build tree failed, export refusing its own
+  // earlier output).
   const fs::path dir(env);
   fs::create_directories(dir);
   torch::NoGradGuard ng;
@@ -567,7 +570,7 @@ TEST_F(ExportTest, DISABLED_WriteTransformersFixture) {
     for (auto& p : m->named_parameters())
       if (p.value().dim() == 1) p.value().uniform_(0.5, 1.5);  // norm layouts matter too
     make_run(run, m);
-    LM_ASSERT_OK(export_hf({run.string(), -1, (dir / name).string(), "fp32"}).status());
+    LM_ASSERT_OK(export_hf({run.string(), -1, (dir / name).string(), "fp32", /*force=*/true}).status());
     m->eval();
     auto ids = fixed_ids(48, 512).repeat({2, 1});
     ids[1] = ids[1].flip(0);
@@ -583,7 +586,7 @@ TEST_F(ExportTest, DISABLED_WriteTransformersFixture) {
     fs::remove_all(run);
     fs::create_directories(run);
     make_run(run, m);
-    LM_ASSERT_OK(export_hf({run.string(), -1, (dir / "hf_gen").string(), "fp32"}).status());
+    LM_ASSERT_OK(export_hf({run.string(), -1, (dir / "hf_gen").string(), "fp32", /*force=*/true}).status());
     model::SampleOptions o;
     o.max_new_tokens = 40;
     o.eos_id = 2;
@@ -620,7 +623,7 @@ TEST_F(ExportTest, DISABLED_WriteTransformersFixture) {
     Json state = {{"step", 1}, {"tokens", 1}, {"data_cursor", Json::object()}, {"config", run_config_json(req)},
                   {"tokenizer_hash", ""}, {"world_size", 1}};
     LM_ASSERT_OK(save_checkpoint(run.string(), 1, m, opt, state, 3));
-    LM_ASSERT_OK(export_hf({run.string(), -1, (dir / "hf_tok").string(), "fp32"}).status());
+    LM_ASSERT_OK(export_hf({run.string(), -1, (dir / "hf_tok").string(), "fp32", /*force=*/true}).status());
     Json rows = Json::array();
     for (const char* text : {"বাংলা ভাষা আমার মাতৃভাষা।", "আমি ২০২৪ সালে ঢাকায় গিয়েছিলাম, সেখানে বৃষ্টি হচ্ছিল!",
                              "The quick brown fox jumps over 13 lazy dogs.", "ইংরেজিতে বলে \"language model\" (ভাষা মডেল)।"}) {
