@@ -37,6 +37,7 @@ void add_mc(CLI::App& app, Registry& reg) {
   add_global_flags(sub);
   reg.push_back({sub, [] {
                    o.tasks = absl::StrSplit(tasks, ',', absl::SkipEmpty());
+                   o.run.threads = global_options().threads;
                    LM_ASSIGN_OR_RETURN(Json result, eval::run_mc(o));
                    std::fputs(mc_table(o, result).c_str(), stdout);
                    return absl::OkStatus();

@@ -45,6 +45,7 @@ void add_nll(CLI::App& app, Registry& reg) {
   add_global_flags(sub);
   reg.push_back({sub, [] {
                    if (!langs.empty()) o.langs = absl::StrSplit(langs, ',', absl::SkipEmpty());
+                   o.run.threads = global_options().threads;
                    LM_ASSIGN_OR_RETURN(Json result, eval::run_nll(o));
                    std::fputs(nll_table(o, result).c_str(), stdout);
                    return absl::OkStatus();

@@ -7,6 +7,7 @@
 #include "core/config.h"
 #include "core/run_folder.h"
 #include "eval/evaluate.h"
+#include "eval/run.h"
 #include "model/checkpoint_reader.h"
 #include "model/generate.h"
 #include "tokenizer/tokenizer.h"
@@ -40,6 +41,7 @@ absl::Status run_sample(const SampleCli& o) {
   model::Transformer& m = t.model;
   m->to(device == "cuda" ? torch::Device(torch::kCUDA) : torch::Device(torch::kCPU));
   const std::string& ckpt = t.checkpoint;
+  eval::choose_threads(global_options().threads, m, 1, 16);  // decode steps' shapes: one token, 16 of them
   LM_ASSIGN_OR_RETURN(tokenizer::Tokenizer tok, tokenizer::Tokenizer::load(run.tokenizer()));
   if (o.opt.temperature < 0) return absl::InvalidArgumentError("--temperature: must be >= 0 (0 = greedy)");
   if (o.opt.top_p <= 0 || o.opt.top_p > 1) return absl::InvalidArgumentError("--top-p: must be in (0, 1]");

@@ -20,7 +20,7 @@ using Registry = std::vector<Command>;
 
 // Options every subcommand shares, filled before run() is called.
 struct GlobalOptions {
-  int threads = 0;  // 0 = all cores
+  int threads = 0;  // 0 = measured at start-up where a model runs (runtime/threads.h), else all cores
   bool quiet = false;
   int exit_code = -1;  // set by a command that ends on a signal (128+N) with an ok status
 };

@@ -12,7 +12,9 @@ GlobalOptions& global_options() {
 }
 
 void add_global_flags(CLI::App* sub) {
-  sub->add_option("--threads", global_options().threads, "CPU threads (0 = all cores)")
+  sub->add_option("--threads", global_options().threads,
+                  "CPU threads; 0 = fit, nll, mc and sample time 1 thread against all cores at start-up and keep the "
+                  "faster (docs/performance.md, 'Threads'), the other commands use all cores")
       ->capture_default_str();
   sub->add_flag("--quiet,-q", global_options().quiet, "only warnings and errors");
 }

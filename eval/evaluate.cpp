@@ -47,6 +47,7 @@ absl::StatusOr<Models> load_models(const RunOptions& o) {
   const auto dt = m.scorer.bf16 ? torch::kBFloat16 : torch::kFloat32;
   m.run.model->to(m.scorer.device, dt);
   if (m.twin) m.twin->to(m.scorer.device, dt);
+  choose_threads(o.threads, m.run.model, 128);
   log_info("run %s: checkpoint step %d, %s, seed %d%s; device %s (%s), %s", o.run, m.run.step, m.run.config.preset,
            m.run.seed, o.twin ? ", twin = init_weights(seed)" : "", m.device, m.device_why, o.dtype);
   return m;

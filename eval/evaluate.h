@@ -21,6 +21,7 @@ struct RunOptions {
   std::string device = "auto";  // auto (cuda when visible, else cpu, as lmtrain fit) | cpu | cuda
   std::string dtype = "fp32";  // fp32 | bf16 (bf16 only on cuda)
   std::string out;            // result file; default runs/NAME/eval/<job>.json
+  int threads = 0;            // --threads: > 0 forces; 0 measures 1 vs all cores (eval/run.h choose_threads)
 };
 
 // --device of lmeval nll/mc/sample: "auto" is cuda when a CUDA device is visible, else cpu (as

@@ -1,12 +1,16 @@
 #include "eval/run.h"
 
+#include <algorithm>
 #include <filesystem>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "core/config.h"
 #include "core/file.h"
+#include "core/log.h"
 #include "core/run_folder.h"
 #include "model/safetensors.h"
+#include "runtime/threads.h"
 
 namespace lm::eval {
 namespace fs = std::filesystem;
@@ -64,5 +68,13 @@ absl::StatusOr<LoadedRun> load_run(const std::string& run_dir, int64_t step) {
   return run;
 }
 
+
+void choose_threads(int requested, model::Transformer m, int64_t tokens, int repeats) {
+  const bool on_cpu = m->parameters().front().device().is_cpu();
+  const int64_t t = std::min(tokens, m->config().max_seq_len);
+  const ThreadChoice c = set_threads_for(requested, on_cpu, model::forward_probe(m, 1, t, repeats),
+                                         absl::StrFormat("forward 1 x %d token%s", t, t == 1 ? "" : "s"));
+  log_info("%s", c.line);
+}
 
 }  // namespace lm::eval

@@ -31,4 +31,9 @@ struct LoadedRun {
 // step < 0: the checkpoint `latest` names. Errors name the file and what to do.
 absl::StatusOr<LoadedRun> load_run(const std::string& run_dir, int64_t step = -1);
 
+// The thread count of an evaluation of `m` (on its device): `requested` > 0 (--threads) forces it;
+// 0 times forwards of 1 x `tokens` (up to `repeats` per timing) at 1 thread and at all cores on a
+// CPU and keeps the faster (runtime/threads.h). Logs the one line that says which.
+void choose_threads(int requested, model::Transformer m, int64_t tokens, int repeats = 4);
+
 }  // namespace lm::eval

@@ -3,6 +3,7 @@
 #include <ATen/autocast_mode.h>
 
 #include <atomic>
+#include <chrono>
 #include <cmath>
 #include <limits>
 #include <mutex>
@@ -600,6 +601,23 @@ torch::Tensor TransformerImpl::forward_cached(const torch::Tensor& tokens, KVCac
   }
   cache.length += Tn;
   return head(model->norm(x));
+}
+
+std::function<int()> forward_probe(Transformer m, int64_t batch, int64_t tokens, int repeats, double cap_s) {
+  const auto device = m->parameters().front().device();
+  const auto ids = torch::zeros({batch, std::min(tokens, m->config().max_seq_len)},
+                                torch::TensorOptions().dtype(torch::kInt64).device(device));
+  return [m, ids, repeats, cap_s]() mutable {
+    torch::NoGradGuard no_grad;
+    const auto t0 = std::chrono::steady_clock::now();
+    int done = 0;
+    while (done < repeats &&
+           (done == 0 || std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() < cap_s)) {
+      (void)m->forward(ids);
+      ++done;
+    }
+    return done;
+  };
 }
 
 }  // namespace lm::model

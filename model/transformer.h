@@ -8,6 +8,7 @@
 
 #include <torch/torch.h>
 
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -211,5 +212,12 @@ class TransformerImpl : public torch::nn::Module {
   torch::Tensor hidden_add_norm(torch::Tensor x, const torch::Tensor& cos, const torch::Tensor& sin);
 };
 TORCH_MODULE(Transformer);
+
+// Forwards of `batch` x `tokens` ids on the model's device, without gradients: the work that
+// runtime/threads.h times at 1 thread and at all cores to choose a command's thread count. Each
+// call runs up to `repeats` forwards, fewer once `cap_s` has passed (a count that stalls stops
+// early), and returns how many it ran. Several short forwards sample a busy machine's stalls better
+// than one.
+std::function<int()> forward_probe(Transformer m, int64_t batch, int64_t tokens, int repeats = 4, double cap_s = 0.04);
 
 }  // namespace lm::model

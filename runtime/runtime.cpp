@@ -20,6 +20,7 @@
 
 #include "absl/strings/str_format.h"
 #include "core/signals.h"
+#include "runtime/threads.h"
 #include "runtime/torch_version.h"
 
 namespace lm {
@@ -33,8 +34,7 @@ void on_signal(int signo) {
 }  // namespace
 
 int setup_threads(int requested) {
-  int n = requested > 0 ? requested : static_cast<int>(std::thread::hardware_concurrency());
-  if (n <= 0) n = 1;
+  const int n = requested > 0 ? requested : usable_cores();
   at::set_num_threads(n);
   return at::get_num_threads();
 }

@@ -5,8 +5,9 @@
 
 namespace lm {
 
-// Sets LibTorch's intra-op threads (0 = all cores) and returns the number in use.
-// LibTorch here starts at 1 thread, so every program calls this.
+// Sets LibTorch's intra-op threads (0 = all usable cores) and returns the number in use.
+// LibTorch here starts at 1 thread, so every program calls this; the commands that run a model
+// then choose by measurement (runtime/threads.h).
 int setup_threads(int requested);
 
 // One line naming the BLAS, oneDNN and OpenMP in use, as LibTorch reports them.

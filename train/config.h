@@ -101,7 +101,7 @@ struct HardwareConfig {
   std::string device = "auto";  // auto (cuda when a GPU is visible, else cpu) | cpu | cuda
   std::string dtype = "auto";   // auto (bf16 on cuda, fp32 on cpu) | fp32 | bf16 (autocast, fp32 master weights)
   bool tf32 = true;             // cuda: fp32 matmuls and convolutions on TF32 tensor cores
-  int threads = 0;              // 0 = all cores
+  int threads = 0;              // 0 = 1 or all cores, whichever a start-up probe finds faster (runtime/threads.h)
   // The attention kernel SDPA may pick on CUDA: auto (ATen's choice) | flash | cudnn | efficient |
   // math. The start-up verification checks the chosen one against the reference (model/verify.h).
   std::string sdpa_backend = "auto";

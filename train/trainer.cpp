@@ -14,6 +14,7 @@
 #include "core/log.h"
 #include "core/run_folder.h"
 #include "runtime/runtime.h"
+#include "runtime/threads.h"
 #include "model/transformer.h"
 #include "model/verify.h"
 #include "train/checkpoint.h"
@@ -183,7 +184,6 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::create(const FitRequest& req_i
 absl::Status Trainer::build_model() {
   if (device_.is_cuda() && !torch::cuda::is_available())
     return absl::FailedPreconditionError("train.hardware.device is cuda but no CUDA device is visible");
-  if (tc_.hardware.threads > 0) setup_threads(tc_.hardware.threads);
   if (device_.is_cuda()) set_tf32(tc_.hardware.tf32);
   if (!model::is_sdpa_backend(tc_.hardware.sdpa_backend))
     return absl::InvalidArgumentError(absl::StrCat("train.hardware.sdpa_backend: unknown backend '", tc_.hardware.sdpa_backend,
@@ -204,6 +204,7 @@ absl::Status Trainer::build_model() {
   choose_cuda_graphs();
   if (!req_.init_from.empty() && !req_.resume) LM_RETURN_IF_ERROR(model::init_from_hf(req_.init_from, model_));
   model_->to(device_);
+  choose_threads();
   model_->train();
   for (const auto& p : model_->named_parameters()) params_.emplace_back(p.key(), p.value());
   optim_ = std::make_unique<AdamW>(params_, tc_);
@@ -275,6 +276,19 @@ void Trainer::choose_cuda_graphs() {
     return;
   }
   graphs_ = true;
+}
+
+// train.hardware.threads (the global --threads) forces the count; 0 times a forward of one sequence
+// (up to 128 tokens) at 1 thread and at all cores and keeps the faster (runtime/threads.h). On CUDA
+// the CPU threads only feed the device: all cores, no probe.
+void Trainer::choose_threads() {
+  const int64_t t = std::min<int64_t>(tc_.batch.seq_len, 128);
+  auto forward = model::forward_probe(model_, 1, t);
+  const ThreadChoice c = set_threads_for(tc_.hardware.threads, !device_.is_cuda(), [&] {
+    AutocastGuard ac(device_, bf16_);
+    return forward();
+  }, absl::StrFormat("forward 1 x %d tokens", t));
+  if (main_rank_) log_info("%s", c.line);
 }
 
 // train.hardware.fast_paths_off: each named fast path on its reference from the start (an

@@ -129,6 +129,7 @@ class Trainer {
   absl::Status build_model();
   absl::Status keep_fast_paths_off();
   void choose_cuda_graphs();
+  void choose_threads();
   absl::Status restore_or_start();
   absl::Status write_run_config() const;
   absl::Status startup_checks();
