@@ -18,6 +18,7 @@
 #include "core/log.h"
 #include "core/signals.h"
 #include "core/run_folder.h"
+#include "model/hf_export.h"
 
 extern char** environ;
 
@@ -115,6 +116,72 @@ Json read_or_empty(const fs::path& p) {
   return j.ok() ? *j : Json::object();
 }
 
+// ---- summary.md: readable tables of what each stage wrote (issue 30 item 16), paths relative to
+// the demo folder. Every number is copied from the stage's own file.
+
+std::string tokenizer_section(const fs::path& out) {
+  const Json f = read_or_empty(out / "tok" / "fertility.json");
+  if (!f.is_object() || !f.contains("rows")) return "";
+  std::string s = absl::StrFormat("## Tokenizer (`tok/`, vocabulary %s)\n\nOn held-out documents (`tok/fertility.json`):\n\n",
+                                  f.value("vocab_size", Json()).dump());
+  s += "| language | texts | code points / token | bytes / token | tokens / word | byte fallback | exact round trip |\n"
+       "|---|---|---|---|---|---|---|\n";
+  for (const Json& r : f["rows"]) {
+    if (r.value("set", "") != "heldout") continue;
+    s += absl::StrFormat("| %s | %d | %.2f | %.2f | %.2f | %.2f%% | %.0f%% |\n", r.value("lang", "?"),
+                         r.value("texts", 0), r.value("cp_per_token", 0.0), r.value("bytes_per_token", 0.0),
+                         r.value("tokens_per_word", 0.0), 100 * r.value("byte_fallback_rate", 0.0),
+                         100 * r.value("roundtrip_rate", 0.0));
+  }
+  return s + "\n";
+}
+
+std::string shards_section(const fs::path& out) {
+  const Json m = read_or_empty(out / "shards" / "manifest.json");
+  if (!m.is_object() || !m.contains("languages")) return "";
+  std::string s = "## Shards (`shards/`)\n\n| language | documents | training tokens | validation tokens | "
+                  "share of each batch |\n|---|---|---|---|---|\n";
+  int64_t total = 0;
+  for (const auto& [lang, v] : m["languages"].items()) {
+    total += v.value("train_tokens", int64_t{0});
+    s += absl::StrFormat("| %s | %d | %d | %d | %.0f%% |\n", lang, v.value("docs", 0), v.value("train_tokens", int64_t{0}),
+                         v.value("val_tokens", int64_t{0}), 100 * v.value("token_share", 0.0));
+  }
+  return s + absl::StrFormat("\n%s training tokens in all.\n\n", format_count(static_cast<double>(total)));
+}
+
+std::string training_section(const fs::path& out, const std::string& preset) {
+  auto m = read_metrics(RunFolder((out / "runs" / preset).string()).metrics());
+  if (!m.ok() || m->empty()) return "";
+  const Json& last = m->back();
+  std::string s = absl::StrFormat("## Training (`runs/%s/`)\n\n| steps | tokens | final train loss (nats/token) | "
+                                  "tok/s | MFU |\n|---|---|---|---|---|\n| %d | %s | %.4f | %.0f | %.1f%% |\n",
+                                  preset, last.value("step", 0), format_count(last.value("tokens", 0.0)),
+                                  last.value("loss", 0.0), last.value("tokens_per_s", 0.0), 100 * last.value("mfu", 0.0));
+  for (auto it = m->rbegin(); it != m->rend(); ++it) {
+    if (!it->contains("val_loss") || !(*it)["val_loss"].is_object()) continue;
+    s += absl::StrFormat("\nValidation loss at step %s (the trainer's windows; `lmeval nll` below scores every "
+                         "validation token):\n\n| language | nats/token |\n|---|---|\n", (*it)["step"].dump());
+    for (const auto& [lang, v] : (*it)["val_loss"].items())
+      if (v.is_number()) s += absl::StrFormat("| %s | %.4f |\n", lang, v.get<double>());
+    break;
+  }
+  return s;
+}
+
+std::string demo_summary(const fs::path& out, const std::string& preset, const std::string& corpus, double minutes,
+                         const std::string& threads) {
+  std::string s = absl::StrFormat("# lmforge demo summary\n\nThe whole chain on %s in %.1f minutes (%s), "
+                                  "written by `lmtrain demo` from the files each stage wrote (paths relative to "
+                                  "this folder).\n\n",
+                                  corpus, minutes,
+                                  threads == "0" ? "thread count chosen by each stage" : "--threads " + threads);
+  s += tokenizer_section(out) + shards_section(out) + training_section(out, preset);
+  const std::string ev = model::eval_tables((out / "runs" / preset).string());
+  if (!ev.empty()) s += "\n## Evaluation (`runs/" + preset + "/eval/`)\n" + ev;
+  return s;
+}
+
 }  // namespace
 
 absl::Status run_demo(const DemoOptions& o) {
@@ -162,24 +229,9 @@ absl::Status run_demo(const DemoOptions& o) {
     (void)run_stage("report", {lmtrain, "report", "--run", run});
   }
 
-  // Summary from the artefacts.
   const double minutes = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() / 60.0;
-  std::string s = "# lmforge demo summary\n\n";
-  s += absl::StrFormat("Corpus: `%s`; whole demo %.1f minutes on %s threads.\n\n", corpus, minutes,
-                       threads == "0" ? "all" : threads);
-  const Json fert = read_or_empty(out / "tok" / "fertility.json");
-  if (fert.is_object() && fert.contains("languages")) s += "Tokenizer (held-out text): `" + (out / "tok").string() + "`\n\n" +
-      "```\n" + fert["languages"].dump(1) + "\n```\n\n";
-  const RunFolder run_folder(run);
-  if (auto m = read_metrics(run_folder.metrics()); m.ok() && !m->empty()) {
-    const Json& last = m->back();
-    s += absl::StrFormat("Training: %d steps, %s tokens, final train loss %.4f nats/token, %.0f tok/s, MFU %.1f%%\n\n",
-                         last.value("step", 0), format_count(last.value("tokens", 0.0)), last.value("loss", 0.0),
-                         last.value("tokens_per_s", 0.0), 100 * last.value("mfu", 0.0));
-  }
-  const fs::path nll_path = fs::path(run_folder.eval()) / "nll.json";
-  const Json nll = read_or_empty(nll_path);
-  if (nll.is_object() && !nll.empty()) s += "Evaluation (`" + nll_path.string() + "`):\n\n```\n" + nll.dump(1) + "\n```\n";
+  const std::string shown = o.corpus.empty() ? "the bundled sample (`data/sample/corpus.json`)" : "`" + o.corpus + "`";
+  const std::string s = demo_summary(out, o.preset, shown, minutes, threads);
   LM_RETURN_IF_ERROR(write_file_atomic((out / "summary.md").string(), s));
   std::printf("\n== demo finished in %.1f minutes\n  tokenizer: %s\n  shards:    %s\n  run:       %s\n  summary:   %s\n",
               minutes, tok.c_str(), shards.c_str(), run.c_str(), (out / "summary.md").string().c_str());

@@ -31,6 +31,9 @@ void add_export(CLI::App& app, Registry& reg) {
   sub->add_option("--step", o.step, "checkpoint step (default: latest)");
   sub->add_option("--dtype", o.dtype, "bf16 or fp32 weights (fp32: scores equal lmeval's on the run; bf16 differ by "
                   "up to ~0.1 nats per choice)")->capture_default_str();
+  sub->add_option("--license", o.license,
+                  "the model card's license, a Hub id such as apache-2.0 or mit (default: unknown; the data's terms "
+                  "apply either way)");
   sub->add_flag("--force", o.force, "write over an existing output (a non-empty folder, or the .gguf file)");
   sub->footer(
       "Examples:\n"

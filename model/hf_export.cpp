@@ -61,8 +61,8 @@ std::string json_section(const absl::StatusOr<Json>& j, const char* key, const s
   return out;
 }
 
-// Markdown tables of eval/nll.json and eval/mc.json (layout: docs/eval.md "Result JSON"); every
-// number is copied from the JSON (rounded to 4 decimals), nothing is recomputed here.
+}  // namespace
+
 std::string eval_tables(const std::string& run_dir) {
   auto load = [&](const char* name) -> absl::StatusOr<Json> {
     const fs::path p = fs::path(RunFolder(run_dir).eval()) / name;
@@ -93,8 +93,6 @@ std::string eval_tables(const std::string& run_dir) {
       });
   return out;
 }
-
-}  // namespace
 
 absl::StatusOr<SpecialTokens> read_special_tokens(const std::string& tokenizer_json) {
   SpecialTokens sp;
@@ -200,22 +198,62 @@ absl::StatusOr<model::ModelConfig> model_config_from_hf(const Json& hf, const st
 
 namespace {
 
-std::string model_card(const std::string& run_dir, const Json& run_cfg, const model::ModelConfig& mc,
-                       int64_t step, const Json& trainer, const std::string& dtype) {
+// The card's YAML header: the Hub's metadata, with the license the exporter named (or "unknown").
+std::string card_header(const ExportOptions& opt) {
+  return absl::StrFormat("---\nlibrary_name: transformers\npipeline_tag: text-generation\nlicense: %s\nlanguage:\n- bn\n"
+                         "- en\n---\n\n",
+                         opt.license.empty() ? "unknown" : opt.license);
+}
+
+// The training data as a reader needs it: folder names and ids, never this machine's paths.
+std::string card_data(const Json& run_cfg) {
+  if (!run_cfg.contains("data") || !run_cfg["data"].is_object()) return "";
+  const Json& d = run_cfg["data"];
+  auto name = [](const Json& path) { return fs::path(path.get<std::string>()).filename().string(); };
   std::string s;
-  const std::string name = fs::path(run_dir).filename().string();
-  s += "---\nlibrary_name: transformers\npipeline_tag: text-generation\nlanguage:\n- bn\n- en\n---\n\n";
+  if (d.contains("shards") && d["shards"].is_string())
+    s += "Data: token shards `" + name(d["shards"]) + "`" +
+         (d.contains("shards_id") ? " (shards id `" + d["shards_id"].get<std::string>() + "`)" : std::string());
+  if (d.contains("earlier_shards") && d["earlier_shards"].is_array())
+    for (const auto& e : d["earlier_shards"])
+      if (e.is_string()) s += ", continued from `" + name(e) + "`";
+  if (d.contains("tokenizer") && d["tokenizer"].is_string()) s += "; tokenizer `" + name(d["tokenizer"]) + "`";
+  if (run_cfg.contains("tokenizer_hash") && run_cfg["tokenizer_hash"].is_string())
+    s += " (hash `" + run_cfg["tokenizer_hash"].get<std::string>() + "`)";
+  return s.empty() ? s : s + ".\n\n";
+}
+
+std::string card_use(const ExportOptions& opt) {
+  const std::string folder = fs::path(opt.out).lexically_normal().filename().string();
+  return "\n## Use\n\n```python\nfrom transformers import AutoTokenizer, LlamaForCausalLM\n"
+         "path = \"" + folder + "\"  # this folder (its path on your machine), or its Hub id once uploaded\n"
+         "tok = AutoTokenizer.from_pretrained(path)\nmodel = LlamaForCausalLM.from_pretrained(path)\n"
+         "ids = tok(\"বাংলা ভাষা\", return_tensors=\"pt\").input_ids\n"
+         "print(tok.decode(model.generate(ids, max_new_tokens=40)[0]))\n```\n";
+}
+
+std::string card_license(const ExportOptions& opt) {
+  if (!opt.license.empty()) return "\n## License\n\n" + opt.license + " (set at export). The training data's own terms apply.\n";
+  return "\n## License\n\nNot set at export (`license: unknown`): `lmtrain export --license ID` writes one "
+         "(e.g. apache-2.0; the Hub's list: https://huggingface.co/docs/hub/repositories-licenses). The training "
+         "data's own terms apply.\n";
+}
+
+std::string model_card(const ExportOptions& opt, const Json& run_cfg, const model::ModelConfig& mc, int64_t step,
+                       const Json& trainer) {
+  const std::string& run_dir = opt.run_dir;
+  std::string s = card_header(opt);
+  const std::string name = fs::path(run_dir).lexically_normal().filename().string();
   s += absl::StrFormat("# %s\n\nA Llama-architecture causal language model pretrained from scratch with "
-                       "[lmforge](https://github.com/) (C++/LibTorch), exported at step %d.\n\n", name, step);
+                       "lmforge (C++/LibTorch), exported at step %d.\n\n", name, step);
   s += "## Model\n\n| field | value |\n|---|---|\n";
   s += absl::StrFormat("| preset | %s |\n| parameters | %s (%d) |\n| layers / d_model / heads / kv heads | %d / %d / %d / %d |\n"
                        "| d_ff (SwiGLU) | %d |\n| context | %d |\n| vocab | %d |\n| tied embeddings | %s |\n| dtype | %s |\n",
                        mc.preset, format_count(static_cast<double>(model::param_count(mc))), model::param_count(mc),
                        mc.n_layers, mc.d_model, mc.n_heads, mc.n_kv_heads, mc.d_ff, mc.max_seq_len, mc.vocab_size,
-                       mc.tie_embeddings ? "yes" : "no", dtype);
-  s += "\nPrecision: " + precision_note(dtype) + "\n";
-  s += "\n## Training\n\n";
-  if (run_cfg.contains("data")) s += "Data: `" + run_cfg["data"].dump() + "`\n\n";
+                       mc.tie_embeddings ? "yes" : "no", opt.dtype);
+  s += "\nPrecision: " + precision_note(opt.dtype) + "\n";
+  s += "\n## Training\n\n" + card_data(run_cfg);
   s += absl::StrFormat("Tokens seen: %s (%d steps).\n\n", format_count(trainer.value("tokens", 0.0)), trainer.value("step", int64_t{0}));
   if (run_cfg.contains("train")) {
     const Json& t = run_cfg["train"];
@@ -223,7 +261,8 @@ std::string model_card(const std::string& run_dir, const Json& run_cfg, const mo
     // still exports.
     auto field = [&t](const char* nested, const char* flat) {
       const Json::json_pointer at(nested);
-      return t.contains(at) ? t[at].dump() : t.value(flat, Json()).dump();
+      const Json v = t.contains(at) ? t[at] : t.value(flat, Json());
+      return v.is_string() ? v.get<std::string>() : v.dump();  // cosine, not "cosine"
     };
     s += absl::StrFormat("Optimiser AdamW, peak lr %s, schedule %s, batch %s x %s x accum %s, dtype %s.\n\n",
                          field("/optimizer/lr", "lr"), field("/schedule/kind", "schedule"),
@@ -246,11 +285,9 @@ std::string model_card(const std::string& run_dir, const Json& run_cfg, const mo
   }
   const std::string ev = eval_tables(run_dir);
   if (!ev.empty()) s += "\n## Evaluation\n" + ev;
-  s += "\n## Use\n\n```python\nfrom transformers import AutoTokenizer, LlamaForCausalLM\n"
-       "tok = AutoTokenizer.from_pretrained(\"PATH\")\nmodel = LlamaForCausalLM.from_pretrained(\"PATH\")\n"
-       "ids = tok(\"বাংলা ভাষা\", return_tensors=\"pt\").input_ids\n"
-       "print(tok.decode(model.generate(ids, max_new_tokens=40)[0]))\n```\n";
+  s += card_use(opt);
   s += "\nRotary embeddings use the rotate_half layout that transformers' Llama expects; no q/k permutation was applied.\n";
+  s += card_license(opt);
   return s;
 }
 
@@ -269,6 +306,9 @@ absl::StatusOr<ExportResult> export_hf(const ExportOptions& opt) {
   if (opt.run_dir.empty() || opt.out.empty()) return absl::InvalidArgumentError("export needs --run and --out");
   if (opt.dtype != "bf16" && opt.dtype != "fp32")
     return absl::InvalidArgumentError("--dtype: expected bf16 or fp32, got '" + opt.dtype + "'");
+  if (opt.license.find_first_not_of("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789.-_") != std::string::npos)
+    return absl::InvalidArgumentError("--license '" + opt.license + "': expected a license id such as apache-2.0, mit or "
+                                      "cc-by-4.0 (letters, digits, '.', '-', '_'; https://huggingface.co/docs/hub/repositories-licenses)");
   const RunFolder run(opt.run_dir);
   const fs::path out(opt.out);
   LM_RETURN_IF_ERROR(check_export_target(opt.out, /*folder=*/true, opt.force));
@@ -298,8 +338,10 @@ absl::StatusOr<ExportResult> export_hf(const ExportOptions& opt) {
   LM_RETURN_IF_ERROR(model::save_safetensors(st, tensors, {{"format", "pt"}}));
   LM_RETURN_IF_ERROR(write_json(out / "config.json", hf_config_json(mc, sp, opt.dtype)));
   Json gen = {{"_from_model_config", true}, {"bos_token_id", sp.bos_id}, {"eos_token_id", sp.eos_id},
-              {"pad_token_id", sp.pad_id}, {"do_sample", false}, {"max_length", mc.max_seq_len},
-              {"transformers_version", "4.40.0"}};
+              {"pad_token_id", sp.pad_id}, {"do_sample", false}, {"transformers_version", "4.40.0"}};
+  // No max_length: transformers 5 warns on every generate(max_new_tokens=...) when the file sets one
+  // ("Both `max_new_tokens` and `max_length` seem to have been set"); the context is config.json's
+  // max_position_embeddings.
   LM_RETURN_IF_ERROR(write_json(out / "generation_config.json", gen));
   LM_ASSIGN_OR_RETURN(std::string spm_bytes, read_file(spm.string()));
   LM_RETURN_IF_ERROR(write_file_atomic((out / "tokenizer.model").string(), spm_bytes));
@@ -329,7 +371,7 @@ absl::StatusOr<ExportResult> export_hf(const ExportOptions& opt) {
   LM_RETURN_IF_ERROR(write_json(out / "special_tokens_map.json", stm));
   const int64_t step = trainer["step"].get<int64_t>();
   LM_RETURN_IF_ERROR(write_file_atomic((out / "README.md").string(),
-                                       model_card(opt.run_dir, run_cfg, mc, step, trainer, opt.dtype)));
+                                       model_card(opt, run_cfg, mc, step, trainer)));
   ExportResult r;
   r.out = out.string();
   r.checkpoint = ckpt;

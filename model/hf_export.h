@@ -3,7 +3,7 @@
 // Folder layout (what transformers' LlamaForCausalLM.from_pretrained and LlamaTokenizer read):
 //   model.safetensors        our registered names are already HF names; tied: no lm_head.weight
 //   config.json              LlamaConfig fields
-//   generation_config.json   bos/eos/pad ids, greedy by default
+//   generation_config.json   bos/eos/pad ids, greedy by default (no max_length: see export_hf)
 //   tokenizer.model          the run's spm.model, byte for byte
 //   tokenizer_config.json, special_tokens_map.json
 //   README.md                model card (data, tokens, losses, eval tables)
@@ -25,6 +25,7 @@ struct ExportOptions {
   std::string out;
   std::string dtype = "bf16"; // bf16 | fp32
   bool force = false;         // write over a non-empty `out`
+  std::string license;        // the model card's license (a Hub id, e.g. apache-2.0); "" = unknown
 };
 
 struct ExportResult {
@@ -57,6 +58,11 @@ absl::StatusOr<ExportResult> export_hf(const ExportOptions& opt);
 // lm-evaluation-harness) differ, and --dtype fp32 gives the run's own weights. The model card and
 // `lmtrain export`'s last line print it (issue 30 item 4).
 std::string precision_note(const std::string& dtype);
+
+// Markdown tables of a run's eval/nll.json and eval/mc.json (layout: docs/eval.md "Result JSON"),
+// as the model card and the demo's summary.md print them; every number is copied from the JSON
+// (rounded to 4 decimals), nothing is recomputed. "" when the run has neither.
+std::string eval_tables(const std::string& run_dir);
 
 // Loads an exported folder's weights into `model`. The folder's config must describe the same
 // architecture as model->config(); otherwise FailedPrecondition naming each differing field.

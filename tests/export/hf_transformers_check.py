@@ -82,13 +82,32 @@ def check_model(fx):
                                          attn_implementation="eager")
     m.eval()
     prompt = torch.tensor([g["prompt"]], dtype=torch.int64)
+    warned = capture_transformers_warnings()
     with torch.no_grad():  # generation_config.json gives eos/pad and do_sample false
         out = m.generate(prompt, max_new_tokens=g["max_new_tokens"], attention_mask=torch.ones_like(prompt))
     new = out[0, prompt.shape[1]:].tolist()
     same = new == g["tokens"]
     print(f"hf_gen: greedy generate {len(new)} tokens, lmforge {len(g['tokens'])}: "
           f"{'identical' if same else 'DIFFERENT'}\n  hf      {new}\n  lmforge {g['tokens']}")
-    return ok and same
+    # The exported generation_config must not make generate() warn (issue 30 item 16: its max_length
+    # did, on every call with max_new_tokens).
+    for w in warned:
+        print(f"hf_gen: FAIL transformers warned during generate: {w}")
+    return ok and same and not warned
+
+
+def capture_transformers_warnings():
+    """Records every warning transformers logs from now on; returns the (growing) list."""
+    import logging
+    got = []
+
+    class Keep(logging.Handler):
+        def emit(self, record):
+            if record.levelno >= logging.WARNING:
+                got.append(record.getMessage())
+
+    logging.getLogger("transformers").addHandler(Keep())
+    return got
 
 
 def cases(fx):
