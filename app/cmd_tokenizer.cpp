@@ -92,6 +92,10 @@ void add_tokenizer(CLI::App& app, Registry& reg) {
   sub->add_option("--max-piece-length", r.max_piece_length, "code points per piece")->capture_default_str();
   sub->add_option("--sample-chars", r.sample_chars, "training sample size in code points (by manifest weights)")
       ->capture_default_str();
+  sub->add_option("--sample-spread", r.sample_spread,
+                  "a source with more text than its share is read up to this many times its share and sampled "
+                  "evenly over it (0: its whole length, 1: its first documents)")
+      ->capture_default_str();
   sub->add_option("--fill", r.fill,
                   "where a short source's share comes from: same-language (its language's other sources; a short "
                   "language shrinks the sample, keeping the language mix), other-languages (any source: the size "

@@ -25,6 +25,9 @@ struct TrainOptions {
                                         // them (its default, 4192, silently drops long Bengali lines)
   int64_t max_piece_length = 16;      // code points per piece
   int64_t sample_chars = 30000000;    // training sample size in code points, shared out by the manifest weights
+  int64_t sample_spread = 16;         // a source with more text than its share is counted up to this many times
+                                      // its share and its sample is spread evenly over that (0: over the whole
+                                      // source; 1: its first documents, the pre-issue-31 sample)
   std::string fill = "same-language";  // a source with less text than its share gives all it has, and the rest
                                       // comes from: "same-language" = the other sources of its language (by
                                       // weight); a language short as a whole shrinks the sample so the asked
@@ -52,6 +55,7 @@ struct TrainOptions {
     v("max_sentence_length", max_sentence_length);
     v("max_piece_length", max_piece_length);
     v("sample_chars", sample_chars);
+    v("sample_spread", sample_spread);
     v("fill", fill);
     v("keep_ratio", keep_ratio);
     v("heldout_every", heldout_every);

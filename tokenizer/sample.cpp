@@ -13,13 +13,14 @@
 namespace lm::tokenizer {
 namespace {
 
-// The documents of one source read so far (held-out ones excluded).
+// One source: its documents counted first (held-out ones excluded), then the chosen ones read.
 struct SourceDocs {
-  std::vector<std::string> docs;
-  int64_t chars = 0;
-  int64_t seen = 0;        // documents the reader delivered, held-out ones included
-  bool exhausted = false;  // the reader reached the end of the source
-  data::ReadStats stats;   // of the latest read, which covers the earlier ones
+  std::vector<int64_t> doc_chars;  // code points (line breaks not counted) of each counted document
+  std::vector<std::string> docs;   // the chosen documents' text (read_chosen)
+  int64_t chars = 0;               // sum of doc_chars
+  int64_t seen = 0;                // documents the reader delivered, held-out ones included
+  bool exhausted = false;          // the reader reached the end of the source
+  data::ReadStats stats;           // of the latest count, which covers the earlier ones
 };
 
 // Where the rest of a short source's share comes from (TrainOptions::fill).
@@ -63,14 +64,19 @@ int64_t take_lines(const std::vector<std::string>& docs, double budget, int32_t 
   return used;
 }
 
-// Reads sources[i] on until `target` code points are taken (or the source ends). A later call
-// re-opens the source and skips the documents it already delivered: the reader is deterministic,
-// so the same documents come in the same order and dedup sees them again.
-absl::Status read_until(const data::CorpusManifest& m, size_t i, const TrainOptions& o, double target,
-                        SourceDocs& sd, TrainingSample& out) {
+bool is_heldout(const TrainOptions& o, int64_t index) {
+  return o.heldout_every > 0 && index % o.heldout_every == o.heldout_every - 1;
+}
+
+// Counts the documents of sources[i] on until `limit` code points are counted (or the source ends);
+// held-out documents go to `out`. A later call re-opens the source and skips the documents it
+// already delivered: the reader is deterministic, so the same documents come in the same order and
+// dedup sees them again.
+absl::Status count_until(const data::CorpusManifest& m, size_t i, const TrainOptions& o, double limit,
+                         SourceDocs& sd, TrainingSample& out) {
   std::vector<std::string>& held = out.heldout[m.sources[i].lang];
   std::vector<std::string>& held_here = out.heldout_by_source[data::source_id(m, i)];
-  if (sd.exhausted || sd.chars >= target) return absl::OkStatus();
+  if (sd.exhausted || sd.chars >= limit) return absl::OkStatus();
   data::ReadOptions ro;
   ro.dedup = o.dedup;
   ro.skip_invalid_utf8 = o.skip_invalid_utf8;
@@ -79,22 +85,57 @@ absl::Status read_until(const data::CorpusManifest& m, size_t i, const TrainOpti
   data::ReadStats st;
   LM_RETURN_IF_ERROR(data::for_each_document(m, m.sources[i], ro, [&](const std::string& doc) {
     if (k++ < sd.seen) return absl::OkStatus();
-    const int64_t index = sd.seen++;
-    if (o.heldout_every > 0 && index % o.heldout_every == o.heldout_every - 1) {
+    if (is_heldout(o, sd.seen++)) {
       held.push_back(doc);
       held_here.push_back(doc);
       return absl::OkStatus();
     }
     // Without the line breaks, as take_lines counts: a short language's share is then exact.
-    sd.chars += data::count_code_points(doc) - static_cast<int64_t>(std::count(doc.begin(), doc.end(), '\n'));
-    sd.docs.push_back(doc);
-    if (sd.chars < target) return absl::OkStatus();
+    const int64_t c = data::count_code_points(doc) - static_cast<int64_t>(std::count(doc.begin(), doc.end(), '\n'));
+    sd.doc_chars.push_back(c);
+    sd.chars += c;
+    if (sd.chars < limit) return absl::OkStatus();
     stopped = true;
     return data::stop_reading();
   }, &st));
   sd.exhausted = !stopped;
-  sd.stats = st;  // this read covers the earlier ones
+  sd.stats = st;  // this count covers the earlier ones
   return absl::OkStatus();
+}
+
+// Which counted documents make up `target` code points, spread evenly over all of them (systematic
+// sampling: every (1/r)-th document, r raised until the chosen ones hold the target), so a source
+// with more text than its share gives a sample of its whole length, not of its first documents.
+std::vector<char> choose_spread(const std::vector<int64_t>& doc_chars, int64_t total, double target) {
+  std::vector<char> keep(doc_chars.size(), 1);
+  if (target >= static_cast<double>(total)) return keep;
+  for (double r = target / static_cast<double>(total);; r = std::min(1.0, r * 1.02)) {
+    double kept = 0;
+    for (size_t j = 0; j < doc_chars.size(); ++j) {
+      keep[j] = std::floor(static_cast<double>(j + 1) * r) > std::floor(static_cast<double>(j) * r);
+      if (keep[j]) kept += static_cast<double>(doc_chars[j]);
+    }
+    if (kept >= target || r >= 1.0) return keep;
+  }
+}
+
+// Reads the text of the documents choose_spread picked for `target` code points into sd.docs.
+absl::Status read_chosen(const data::CorpusManifest& m, size_t i, const TrainOptions& o, double target,
+                         SourceDocs& sd) {
+  const std::vector<char> keep = choose_spread(sd.doc_chars, sd.chars, target);
+  const auto last = std::find(keep.rbegin(), keep.rend(), 1);
+  if (last == keep.rend()) return absl::OkStatus();
+  const int64_t end = keep.rend() - last;  // one past the last chosen document
+  data::ReadOptions ro;
+  ro.dedup = o.dedup;
+  ro.skip_invalid_utf8 = o.skip_invalid_utf8;
+  int64_t index = 0, j = 0;
+  data::ReadStats st;
+  return data::for_each_document(m, m.sources[i], ro, [&](const std::string& doc) {
+    if (is_heldout(o, index++)) return absl::OkStatus();
+    if (keep[j]) sd.docs.push_back(doc);
+    return ++j < end ? absl::OkStatus() : data::stop_reading();
+  }, &st);
 }
 
 // Water-filling over the sources in `group`: targets t_i = min(a_i, lambda * w_i) with
@@ -141,8 +182,15 @@ Groups make_groups(const data::CorpusManifest& m, const TrainOptions& o, Fill fi
   return g;
 }
 
-// Reads every source to its share of the sample and returns the per-source character budgets.
-absl::StatusOr<std::vector<double>> read_sources(const data::CorpusManifest& m, const TrainOptions& o, Fill fill,
+// How far a source is counted for a share of `target` code points: sample_spread times it (0: to
+// its end), so the chosen documents spread over that much of it.
+double count_limit(const TrainOptions& o, double target) {
+  return o.sample_spread > 0 ? target * static_cast<double>(o.sample_spread) : HUGE_VAL;
+}
+
+// Counts every source far enough for its share of the sample and returns the per-source
+// character budgets.
+absl::StatusOr<std::vector<double>> count_sources(const data::CorpusManifest& m, const TrainOptions& o, Fill fill,
                                                  std::vector<SourceDocs>& sd, TrainingSample& out) {
   const size_t n = m.sources.size();
   std::vector<double> w(n), t(n);
@@ -151,7 +199,7 @@ absl::StatusOr<std::vector<double>> read_sources(const data::CorpusManifest& m, 
   for (size_t i = 0; i < n; ++i) total_w += w[i] = m.sources[i].weight;
   for (size_t i = 0; i < n; ++i) {  // first every source to its own quota
     t[i] = static_cast<double>(o.sample_chars) * w[i] / total_w;
-    LM_RETURN_IF_ERROR(read_until(m, i, o, t[i], sd[i], out));
+    LM_RETURN_IF_ERROR(count_until(m, i, o, count_limit(o, t[i]), sd[i], out));
   }
   if (fill == Fill::kNone) {  // the exact source mix: every source cut by the worst shortfall
     double f = 1.0;
@@ -163,9 +211,9 @@ absl::StatusOr<std::vector<double>> read_sources(const data::CorpusManifest& m, 
     more = false;
     for (size_t k = 0; k < g.members.size(); ++k) fill_targets(w, sd, g.members[k], g.total[k], t);
     for (size_t i = 0; i < n; ++i) {
-      if (sd[i].exhausted || static_cast<double>(sd[i].chars) >= t[i]) continue;
+      if (sd[i].exhausted || static_cast<double>(sd[i].chars) >= count_limit(o, t[i])) continue;
       more = true;
-      LM_RETURN_IF_ERROR(read_until(m, i, o, t[i], sd[i], out));
+      LM_RETURN_IF_ERROR(count_until(m, i, o, count_limit(o, t[i]), sd[i], out));
     }
   }
   // A group that holds less than its share (all its sources read to the end) cuts every group by
@@ -179,6 +227,15 @@ absl::StatusOr<std::vector<double>> read_sources(const data::CorpusManifest& m, 
   if (f < 1.0) {
     for (size_t k = 0; k < g.members.size(); ++k) fill_targets(w, sd, g.members[k], g.total[k] * f, t);
   }
+  return t;
+}
+
+// Counts the sources, sets their budgets, then reads each one's chosen documents (spread over
+// what was counted); returns the budgets.
+absl::StatusOr<std::vector<double>> read_sources(const data::CorpusManifest& m, const TrainOptions& o, Fill fill,
+                                                 std::vector<SourceDocs>& sd, TrainingSample& out) {
+  LM_ASSIGN_OR_RETURN(std::vector<double> t, count_sources(m, o, fill, sd, out));
+  for (size_t i = 0; i < t.size(); ++i) LM_RETURN_IF_ERROR(read_chosen(m, i, o, t[i], sd[i]));
   return t;
 }
 
@@ -216,8 +273,13 @@ void warn_shortfalls(const TrainingSample& out, const TrainOptions& o, Fill fill
                                            : "; the other sources (any language) filled the rest by weight");
   }
   if (!shrank) return;
+  // Sources are counted beyond their share (sample_spread), so "all read" alone does not mean the
+  // corpus is smaller than the sample: it must also hold fewer characters than asked.
+  int64_t corpus_chars = 0;
+  for (const SourceSample& s : out.sources) corpus_chars += s.read_chars;
   const bool all_read =
-      std::all_of(out.sources.begin(), out.sources.end(), [](const SourceSample& s) { return s.exhausted; });
+      std::all_of(out.sources.begin(), out.sources.end(), [](const SourceSample& s) { return s.exhausted; }) &&
+      static_cast<double>(corpus_chars) < sample;
   log_warn("tokenizer sample: %s characters instead of the %s asked (sample_chars): %s; %s",
            format_count(static_cast<double>(total_chars)), format_count(sample),
            fill == Fill::kOtherLanguages ? "the whole corpus is smaller, every source was used to its end"
@@ -234,6 +296,8 @@ void warn_shortfalls(const TrainingSample& out, const TrainOptions& o, Fill fill
 
 absl::StatusOr<TrainingSample> build_sample(const data::CorpusManifest& m, const TrainOptions& o) {
   if (o.sample_chars <= 0) return absl::InvalidArgumentError("sample_chars: must be positive");
+  if (o.sample_spread < 0)
+    return absl::InvalidArgumentError("sample_spread: must be 0 (whole sources) or at least 1 (--sample-spread)");
   if (o.max_sentence_length < 256) return absl::InvalidArgumentError("max_sentence_length: must be at least 256 bytes");
   double total_w = 0;
   for (const auto& s : m.sources) total_w += s.weight;

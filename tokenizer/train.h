@@ -22,7 +22,8 @@ struct SourceSample {
   std::string description;  // data::describe_source, for messages
   double weight_share = 0;  // asked share of the sample
   int64_t asked_chars = 0;  // weight_share * sample_chars
-  int64_t read_chars = 0;   // characters read (all the source has when `exhausted`)
+  int64_t read_chars = 0;   // characters counted (all the source has when `exhausted`; else up to
+                            // sample_spread times its budget, the stretch its sample is spread over)
   int64_t chars = 0;        // characters taken into the sample
   bool exhausted = false;   // the whole source was read
 };
@@ -42,7 +43,9 @@ struct TrainingSample {
 // by default (fill "same-language") the other sources of its language fill the rest by weight; a
 // language short as a whole cuts every language by the same factor, so the sample's language mix
 // is the asked one. "other-languages" fills from every source, "none" cuts every source alike.
-// Each shortfall is one warning line with the numbers.
+// Each shortfall is one warning line with the numbers. A source with more text than its budget is
+// sampled evenly over up to sample_spread times its budget (whole documents, every k-th one), not
+// read from its start only.
 absl::StatusOr<TrainingSample> build_sample(const data::CorpusManifest& manifest, const TrainOptions& options);
 
 // Splits `line` into pieces of at most `max_bytes` bytes, preferring sentence ends (। ? ! . then

@@ -337,6 +337,43 @@ TEST(TokenizerTrain, SampleKeepsTheLanguageRatioOfTheWeights) {
   }
 }
 
+// Issue 31: a source with more text than its share gave its first documents (a Wikipedia dump
+// sorted by title gave the sample its "1963 ... football team" articles). The sample is now spread
+// evenly over the source (up to sample_spread times its share), and held-out documents stay out.
+TEST(TokenizerTrain, SampleIsSpreadOverALargeSource) {
+  const std::string d = tmp_dir("spread");
+  std::string text;
+  for (int i = 0; i < 4000; ++i) text += "doc" + std::to_string(i) + " some words of the document\n";
+  write_text(d + "/big.txt", text);  // ~128k chars
+  write_text(d + "/corpus.json", R"({"sources": [{"paths": ["big.txt"], "lang": "en"}]})");
+  auto m = lm::data::load_manifest(d + "/corpus.json");
+  ASSERT_TRUE(m.ok()) << m.status();
+  TrainOptions o;
+  o.sample_chars = 16000;  // an eighth of the source
+  o.heldout_every = 10;
+  auto first_doc = [](const TrainingSample& s) { return std::stoi(s.sentences.front().substr(3)); };
+  auto last_doc = [](const TrainingSample& s) { return std::stoi(s.sentences.back().substr(3)); };
+  auto s = build_sample(*m, o);  // default sample_spread 16: the whole source is counted
+  ASSERT_TRUE(s.ok()) << s.status();
+  EXPECT_NEAR(static_cast<double>(s->summary.languages[0].chars), 16000.0, 40.0);
+  EXPECT_LT(first_doc(*s), 20);
+  EXPECT_GT(last_doc(*s), 3800) << "the sample is the head of the source";
+  for (const auto& line : s->sentences) EXPECT_NE(std::stoi(line.substr(3)) % 10, 9) << "held-out document: " << line;
+  EXPECT_EQ(s->heldout["en"].size(), 400u);
+  o.sample_spread = 2;  // counted up to twice its share: the sample spreads over the first quarter
+  s = build_sample(*m, o);
+  ASSERT_TRUE(s.ok()) << s.status();
+  EXPECT_GT(last_doc(*s), 900);  // ~970 documents counted, doc ~1080 the last
+  EXPECT_LT(last_doc(*s), 1300);
+  o.sample_spread = 1;  // the pre-issue-31 sample: the first documents
+  s = build_sample(*m, o);
+  ASSERT_TRUE(s.ok()) << s.status();
+  EXPECT_LT(last_doc(*s), 700);  // ~490 documents, doc ~540 the last
+  o.sample_spread = -1;
+  EXPECT_FALSE(build_sample(*m, o).ok());
+  fs::remove_all(d);
+}
+
 // Issue #21.4: with equal weights, one small source used to shrink the whole sample (keep_ratio cut
 // every source to its shortfall) without a word. Issue 31: its replacement filled from every other
 // source, so a short language was filled with another language (35% bn instead of the asked 64%).
