@@ -119,10 +119,12 @@ std::vector<char> choose_spread(const std::vector<int64_t>& doc_chars, int64_t t
   }
 }
 
-// Reads the text of the documents choose_spread picked for `target` code points into sd.docs.
+// Reads the text of the documents choose_spread picked for `target` code points into sd.docs
+// (sample_spread 1: every counted document, take_lines then takes the first ones, as before issue 31).
 absl::Status read_chosen(const data::CorpusManifest& m, size_t i, const TrainOptions& o, double target,
                          SourceDocs& sd) {
-  const std::vector<char> keep = choose_spread(sd.doc_chars, sd.chars, target);
+  const std::vector<char> keep = o.sample_spread == 1 ? std::vector<char>(sd.doc_chars.size(), 1)
+                                                      : choose_spread(sd.doc_chars, sd.chars, target);
   const auto last = std::find(keep.rbegin(), keep.rend(), 1);
   if (last == keep.rend()) return absl::OkStatus();
   const int64_t end = keep.rend() - last;  // one past the last chosen document
@@ -247,8 +249,11 @@ std::string pct(int64_t part, int64_t total) {
 std::string describe_languages(const TrainingSample& out) {
   std::vector<std::string> parts;
   for (const LangSample& l : out.summary.languages) {
-    const bool all = std::all_of(out.sources.begin(), out.sources.end(),
-                                 [&](const SourceSample& s) { return s.lang != l.lang || s.exhausted; });
+    // All it has: every source of the language counted to its end and taken whole (a source is
+    // counted beyond its budget to spread its sample, so "counted to its end" alone is not enough).
+    const bool all = std::all_of(out.sources.begin(), out.sources.end(), [&](const SourceSample& s) {
+      return s.lang != l.lang || (s.exhausted && static_cast<double>(s.chars) >= 0.99 * static_cast<double>(s.read_chars));
+    });
     parts.push_back(absl::StrFormat("%s %.1f%% (asked %.1f%%, %s%s)", l.lang, 100 * l.char_share, 100 * l.weight_share,
                                     format_count(static_cast<double>(l.chars)), all ? ", all it has" : ""));
   }

@@ -453,6 +453,10 @@ TEST_F(SmallSource, AShortLanguageShrinksTheSampleAtTheAskedMix) {
   EXPECT_NE(err.find("so every language was cut by the same factor to keep the asked language mix"), std::string::npos)
       << err;
   EXPECT_NE(err.find("bn 64.0% (asked 64.0%"), std::string::npos) << err;
+  // en was counted to its end (to spread its sample) but gave only its share: not "all it has".
+  const size_t en = err.find("en 36.0% (asked 36.0%, ");
+  ASSERT_NE(en, std::string::npos) << err;
+  EXPECT_EQ(err.substr(en, err.find(')', en) - en).find("all it has"), std::string::npos) << err;
   EXPECT_NE(err.find("--fill other-languages"), std::string::npos) << err;
 
   o.fill = "other-languages";  // the explicit option: the size holds, the mix does not, and it says so
