@@ -81,8 +81,9 @@ void add_tokenizer(CLI::App& app, Registry& reg) {
   sub->add_option("--require-bengali", r.require_bengali, "every Bengali character seen is a required char")
       ->capture_default_str();
   sub->add_option("--vocab-allocation", r.vocab_allocation,
-                  "joint: one model on the mixed sample; per-language: a unigram model per language on its own text "
-                  "with its share of the vocabulary (--language-vocab), merged into one model")
+                  "per-language: a unigram model per language on its own text with its share of the vocabulary "
+                  "(--language-vocab), merged into one model (a bpe model is joint); joint: one model on the mixed "
+                  "sample")
       ->check(CLI::IsMember({"per-language", "joint"}))
       ->capture_default_str();
   sub->add_option("--language-vocab", r.language_vocab,

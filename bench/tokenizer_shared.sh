@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Issue 31's measurements on the shared Bangla + English text (data/shared-corpus.json: weights
 # ask bn:en = 64:36 by characters), default recipe: the vocabulary sweep (its vocab-32000 folder is
-# the default 32k tokenizer), fertility per held-out domain and on the domain texts the corpus
-# lacks (science exam questions, informal web comments), and the per-language allocation at 32k.
+# the default 32k tokenizer), fertility per held-out domain, on the parallel dev splits (held-out
+# news-like text apart from the test) and on the domain texts the corpus lacks (science exam
+# questions, informal web comments), and the joint allocation at 32k beside the default per-language one.
 # Writes bench/results/<date>-tokenizer-*.{log,json}; the tokenizers go to $OUT (default /tmp).
 #
 #   bench/tokenizer_shared.sh [--build build] [--out /tmp/tok31] [--sizes 16000,32000,48000,64000] [--threads 2]
@@ -31,14 +32,15 @@ mkdir -p "$out"
 "$LM_PYTHON" "$here/tokenizer_eval_texts.py" "$shared" "$out/evaltexts"
 common=(--corpus "$root/data/shared-corpus.json" --threads "$threads"
         --parallel "$shared/parallel/bn_en_parallel.jsonl.gz" --parallel-corpora SUPara-benchmark:test2018,SIPC:test
+        --eval-text "bn=$out/evaltexts/bn_pardev.txt" --eval-text "en=$out/evaltexts/en_pardev.txt"
         --eval-text "bn=$out/evaltexts/bn_science.txt" --eval-text "en=$out/evaltexts/en_science.txt"
         --eval-text "bn=$shared/bn/bn_social_sentiment.txt.gz")
-rm -rf "$out/sweep" "$out/per-language-32k"
+rm -rf "$out/sweep" "$out/joint-32k"
 /usr/bin/time -f "sweep: %e s wall, %M KB peak" "$lmtrain" tokenizer "${common[@]}" --out "$out/sweep" \
   --sweep "$sizes" 2>&1 | tee "$res-sweep.log"
 cp "$out/sweep/sweep.json" "$res-sweep.json"
-cp "$out/sweep/vocab-32000/fertility.json" "$res-32k-joint-fertility.json" 2>/dev/null || true
-/usr/bin/time -f "per-language: %e s wall, %M KB peak" "$lmtrain" tokenizer "${common[@]}" --vocab-size 32000 \
-  --vocab-allocation per-language --out "$out/per-language-32k" 2>&1 | tee "$res-32k-per-language.log"
-cp "$out/per-language-32k/fertility.json" "$res-32k-per-language-fertility.json"
+cp "$out/sweep/vocab-32000/fertility.json" "$res-32k-fertility.json" 2>/dev/null || true
+/usr/bin/time -f "joint: %e s wall, %M KB peak" "$lmtrain" tokenizer "${common[@]}" --vocab-size 32000 \
+  --vocab-allocation joint --out "$out/joint-32k" 2>&1 | tee "$res-32k-joint.log"
+cp "$out/joint-32k/fertility.json" "$res-32k-joint-fertility.json"
 echo "results: $res-*"

@@ -15,10 +15,12 @@ struct TrainOptions {
   bool byte_fallback = true;          // unseen characters become <0xNN> byte pieces, so UNK never appears
   bool split_digits = true;           // every digit is its own piece (numbers tokenize uniformly)
   bool require_bengali = true;        // every Bengali letter, sign and digit (U+0980-U+09FF) seen is a required char
-  std::string vocab_allocation = "joint";  // "joint": one model on the mixed sample (its unigram EM shares the
-                                      // pieces out by likelihood); "per-language": a unigram model per language on
-                                      // its own text with its share of the vocabulary (language_vocab), merged into
-                                      // one model (tokenizer/merge.h). Measured in docs/tokenizer.md
+  std::string vocab_allocation = "per-language";  // "per-language": a unigram model per language on its own
+                                      // text with its share of the vocabulary (language_vocab), merged into one
+                                      // model (tokenizer/merge.h); a BPE model or a one-language sample is trained
+                                      // joint. "joint": one model on the mixed sample (its EM shares the pieces out
+                                      // by likelihood, so one language's text diversity takes the other's pieces).
+                                      // Measured in docs/tokenizer.md
   std::string language_vocab;         // shares of the vocabulary, "bn:0.6,en:0.4"; empty = each language's
                                       // share of the sample's characters (see docs/tokenizer.md)
   int64_t max_sentence_length = 16384;  // bytes; longer lines are split at sentence ends before SentencePiece sees

@@ -265,10 +265,11 @@ absl::StatusOr<Tokenizer> train_tokenizer(const TrainingSample& sample, const Tr
   if (o.vocab_allocation != "per-language" && o.vocab_allocation != "joint")
     return absl::InvalidArgumentError("vocab_allocation: expected per-language or joint, got '" + o.vocab_allocation +
                                       "' (--vocab-allocation)");
-  const bool per_language = o.vocab_allocation == "per-language" && sample.langs.size() > 1;
-  if (per_language && o.model_type != "unigram")
-    return absl::InvalidArgumentError("vocab_allocation per-language merges unigram models: with --model-type " +
-                                      o.model_type + " use --vocab-allocation joint");
+  // Per-language merges unigram models: one language, or a BPE model, is trained jointly (said once).
+  const bool per_language = o.vocab_allocation == "per-language" && sample.langs.size() > 1 && o.model_type == "unigram";
+  if (o.vocab_allocation == "per-language" && sample.langs.size() > 1 && !per_language)
+    log_info("vocab_allocation per-language merges unigram models; the %s model is trained on the mixed sample (joint)",
+             o.model_type);
   if (o.vocab_size < 300) return absl::InvalidArgumentError("vocab_size: must be at least 300 (260 specials+bytes)");
   LM_RETURN_IF_ERROR(make_dir(out_dir));
   const std::string tsv_path = out_dir + "/normalization.tsv";
