@@ -168,10 +168,10 @@ std::string describe_sample(const TrainingSample& sample) {
   return s;
 }
 
-// The Bengali code points (U+0980-U+09FF) the sample holds, as SentencePiece's required_chars.
-std::string required_bengali(const TrainingSample& sample) {
+// The Bengali code points (U+0980-U+09FF) the sentences hold, as SentencePiece's required_chars.
+std::string required_bengali(const std::vector<std::string>& sentences) {
   std::set<uint32_t> seen;
-  for (const auto& s : sample.sentences) {
+  for (const auto& s : sentences) {
     for (size_t i = 0; i < s.size();) {
       uint32_t cp = next_cp(s, i);
       if (cp >= 0x0980 && cp <= 0x09FF) seen.insert(cp);
@@ -194,14 +194,30 @@ absl::Status train_failed(const std::string& error, const TrainingSample& sample
       o.vocab_size, ") or add text to the short sources)"));
 }
 
+// Each language's share of the sample's code points: the summary's (build_sample counts the lines
+// before long ones are split), or counted from the sentences for a sample built in code.
+std::map<std::string, double> sample_char_shares(const TrainingSample& sample, const SampleSummary& summary) {
+  std::map<std::string, double> shares;
+  for (const LangSample& l : summary.languages) shares[l.lang] = l.char_share;
+  if (shares.size() == sample.langs.size()) return shares;
+  shares.clear();
+  std::vector<double> chars(sample.langs.size(), 0.0);
+  double total = 0;
+  for (size_t i = 0; i < sample.sentences.size(); ++i) {
+    const auto c = static_cast<double>(data::count_code_points(sample.sentences[i]));
+    chars[static_cast<size_t>(sample.sentence_lang[i])] += c;
+    total += c;
+  }
+  for (size_t l = 0; l < sample.langs.size(); ++l) shares[sample.langs[l]] = total > 0 ? chars[l] / total : 0.0;
+  return shares;
+}
+
 // The languages' shares of the vocabulary: o.language_vocab ("bn:0.6,en:0.4", normalized) or
 // each language's share of the sample's characters.
-absl::StatusOr<std::map<std::string, double>> language_vocab_shares(const TrainOptions& o, const SampleSummary& s) {
+absl::StatusOr<std::map<std::string, double>> language_vocab_shares(const TrainOptions& o, const TrainingSample& sample,
+                                                                    const std::map<std::string, double>& char_shares) {
+  if (o.language_vocab.empty()) return char_shares;
   std::map<std::string, double> shares;
-  if (o.language_vocab.empty()) {
-    for (const LangSample& l : s.languages) shares[l.lang] = l.char_share;
-    return shares;
-  }
   double sum = 0;
   for (absl::string_view part : absl::StrSplit(o.language_vocab, ',')) {
     const std::pair<std::string, std::string> kv = absl::StrSplit(part, absl::MaxSplits(':', 1));
@@ -213,11 +229,11 @@ absl::StatusOr<std::map<std::string, double>> language_vocab_shares(const TrainO
     shares[kv.first] = v;
     sum += v;
   }
-  for (const LangSample& l : s.languages)
-    if (!shares.count(l.lang))
+  for (const std::string& lang : sample.langs)
+    if (!shares.count(lang))
       return absl::InvalidArgumentError(absl::StrCat("language_vocab: '", o.language_vocab, "' gives no share to '",
-                                                     l.lang, "', a language of the sample"));
-  if (shares.size() != s.languages.size())
+                                                     lang, "', a language of the sample"));
+  if (shares.size() != sample.langs.size())
     return absl::InvalidArgumentError(absl::StrCat("language_vocab: '", o.language_vocab,
                                                    "' names a language the sample does not hold"));
   for (auto& [lang, v] : shares) v /= sum;
@@ -230,7 +246,8 @@ absl::StatusOr<std::map<std::string, double>> language_vocab_shares(const TrainO
 absl::StatusOr<std::string> train_per_language(const TrainingSample& sample, const TrainOptions& o,
                                                std::unordered_map<std::string, std::string> kwargs,
                                                SampleSummary* summary) {
-  LM_ASSIGN_OR_RETURN(const auto shares, language_vocab_shares(o, *summary));
+  const std::map<std::string, double> char_shares = sample_char_shares(sample, *summary);
+  LM_ASSIGN_OR_RETURN(const auto shares, language_vocab_shares(o, sample, char_shares));
   const int64_t meta = 4 + (o.byte_fallback ? 256 : 0), room = o.vocab_size - meta;
   std::vector<LanguageModel> models;
   for (size_t l = 0; l < sample.langs.size(); ++l) {
@@ -241,11 +258,19 @@ absl::StatusOr<std::string> train_per_language(const TrainingSample& sample, con
     const double share = shares.at(lang);
     kwargs["vocab_size"] = std::to_string(meta + static_cast<int64_t>(std::ceil(share * room * 1.08)) + 64);
     kwargs["hard_vocab_limit"] = "false";  // a small text gives what it can; the merge says when the union is short
+    // Each model requires the Bengali characters of its own text (the merge keeps every character
+    // piece of every model): an English model made to hold every Bengali letter of the whole sample
+    // failed at small vocabularies (--vocab-size 512 on data/sample: 406 pieces for 444 required).
+    kwargs.erase("required_chars");
+    if (o.require_bengali) {
+      const std::string required = required_bengali(text);
+      if (!required.empty()) kwargs["required_chars"] = required;
+    }
     log_info("training the '%s' model: %s sentences, %.1f%% of the vocabulary", lang,
              format_count(static_cast<double>(text.size())), 100 * share);
     std::string model, error;
     if (!bridge::train(kwargs, text, &model, &error)) return train_failed(error, sample, o, lang);
-    models.push_back({lang, std::move(model), summary->languages[l].char_share, share});
+    models.push_back({lang, std::move(model), char_shares.at(lang), share});
   }
   std::vector<MergedLanguage> merged;
   absl::StatusOr<std::string> model = merge_unigram_models(models, o.vocab_size, &merged);
@@ -274,7 +299,7 @@ absl::StatusOr<Tokenizer> train_tokenizer(const TrainingSample& sample, const Tr
   LM_RETURN_IF_ERROR(make_dir(out_dir));
   const std::string tsv_path = out_dir + "/normalization.tsv";
   LM_RETURN_IF_ERROR(write_file_atomic(tsv_path, nfc_rule_tsv()));
-  const std::string required = o.require_bengali ? required_bengali(sample) : "";
+  const std::string required = o.require_bengali ? required_bengali(sample.sentences) : "";
   summary->required_chars = static_cast<int64_t>(required.size() / 3);
   auto kwargs = spm_kwargs(o, required, tsv_path);
   bridge::set_log_level(output_options().quiet ? 2 : 1);
