@@ -170,8 +170,9 @@ int main(int argc, char** argv) {
   lm::init_output(true);
   const int nthreads = lm::setup_threads(threads);
   if (mode == "peak") {
-    const double f32 = lm::train::measure_matmul_flops(torch::kFloat32, peak_n, 1.5);
-    const double b16 = lm::train::measure_matmul_flops(torch::kBFloat16, peak_n, 1.5);
+    const torch::Device cpu(torch::kCPU);
+    const double f32 = lm::train::measure_matmul_peak(cpu, torch::kFloat32, peak_n, 1.5).best;
+    const double b16 = lm::train::measure_matmul_peak(cpu, torch::kBFloat16, peak_n, 1.5).best;
     std::printf("{\"impl\": \"lmforge\", \"mode\": \"peak\", \"n\": %ld, \"threads\": %d, "
                 "\"fp32_flops\": %.4g, \"bf16_flops\": %.4g}\n", peak_n, nthreads, f32, b16);
     return 0;

@@ -413,16 +413,23 @@ DecoderImpl::DecoderImpl(const ModelConfig& cfg) {
   norm = register_module("norm", RMSNorm(cfg.d_model, cfg.norm_eps));
 }
 
-TransformerImpl::TransformerImpl(const ModelConfig& cfg) : cfg_(cfg) {
+TransformerImpl::TransformerImpl(const ModelConfig& cfg, uint64_t seed) : cfg_(cfg) {
   model = register_module("model", Decoder(cfg));
   if (!cfg.tie_embeddings) {
     lm_head = register_module(
         "lm_head", torch::nn::Linear(torch::nn::LinearOptions(cfg.d_model, cfg.vocab_size).bias(false)));
   }
-  init_weights(0);
+  init_weights(seed);
 }
 
+namespace {
+std::atomic<int64_t> g_init_weights_calls{0};
+}  // namespace
+
+int64_t TransformerImpl::init_weights_calls() { return g_init_weights_calls.load(); }
+
 void TransformerImpl::init_weights(uint64_t seed) {
+  ++g_init_weights_calls;
   // GPT-2 / nanoGPT init: N(0, init_std) for every matrix, the two residual output projections
   // (o_proj, down_proj) scaled by 1/sqrt(2·n_layers) so the residual stream's variance does not
   // grow with depth (Radford et al. 2019); norm weights 1.

@@ -145,7 +145,8 @@ TORCH_MODULE(Decoder);
 
 class TransformerImpl : public torch::nn::Module {
  public:
-  explicit TransformerImpl(const ModelConfig& cfg);
+  // The weights are drawn once, by init_weights(seed) (lmtrain fit passes train.seed).
+  explicit TransformerImpl(const ModelConfig& cfg, uint64_t seed = 0);
 
   // tokens: [B, T] int64 -> logits [B, T, V] (fp32 unless autocast says otherwise)
   torch::Tensor forward(const torch::Tensor& tokens);
@@ -161,6 +162,8 @@ class TransformerImpl : public torch::nn::Module {
 
   // Re-draws every weight from the documented initialisation with `seed`.
   void init_weights(uint64_t seed);
+  // How many times init_weights ran in this process (tests: fit initialises its model once).
+  static int64_t init_weights_calls();
   // Switches every attention layer between the fused and the reference path.
   void set_fused_attention(bool on);
   // Switches every RMSNorm between ATen's fused kernel (CUDA) and the reference.

@@ -201,6 +201,9 @@ absl::Status resolve(TrainConfig& c, const model::ModelConfig& m, int world_size
     return bad("checkpoint.minutes", absl::StrFormat("must be >= 0 (0 = off), got %g", c.checkpoint.minutes));
   if (c.checkpoint.keep_last < 1) return bad("checkpoint.keep_last", "must be >= 1");
   if (c.nan_skip_limit < 0) return bad("nan_skip_limit", absl::StrCat("must be >= 0, got ", c.nan_skip_limit));
+  if (!(c.logging.mfu_floor >= 0 && c.logging.mfu_floor < 1))
+    return bad("logging.mfu_floor", absl::StrFormat("must be in [0, 1) (a fraction of the peak; 0 = off), got %g", c.logging.mfu_floor));
+  if (!(c.debug.slow_forward_ms >= 0)) return bad("debug.slow_forward_ms", "must be >= 0");
   if (c.debug.inject_nan_steps < 1) return bad("debug.inject_nan_steps", "must be >= 1");
   if (c.debug.inject_nan_in != "grad" && c.debug.inject_nan_in != "loss")
     return bad("debug.inject_nan_in", "expected grad or loss, got '" + c.debug.inject_nan_in + "'");

@@ -66,9 +66,12 @@ struct CheckpointConfig {
   // 0's clock decides for all ranks. GPU presets use minutes: a step count is seconds on a GPU.
   double minutes = 0;
   int64_t keep_last = 3;
+  // A checkpoint after the last step (false: none, e.g. train_step_bench: a 400m checkpoint is
+  // 4.7 GB written with fsync; a stop by signal or stop_at_step still writes one).
+  bool at_end = true;
   template <class V>
   void visit(V& v) {
-    v("interval", interval); v("minutes", minutes); v("keep_last", keep_last);
+    v("interval", interval); v("minutes", minutes); v("keep_last", keep_last); v("at_end", at_end);
   }
 };
 
@@ -91,9 +94,14 @@ struct LoggingConfig {
   int64_t interval = 10;           // steps between log lines and metrics.jsonl rows
   double sentinel_fraction = 0.5;  // warn when tokens/s falls below this share of the run's median
   double peak_flops = 0;           // override of the device peak used for MFU (FLOP/s)
+  // The throughput floor: warn loudly, with the step's forward/backward/optimizer split, when the
+  // median MFU of the first intervals (warm-up excluded) is below this fraction of what the device
+  // allows (`mfu`: the data-sheet peak on a GPU, the measured matmul ceiling on a CPU). 0 = off.
+  double mfu_floor = 0.1;
   template <class V>
   void visit(V& v) {
     v("interval", interval); v("sentinel_fraction", sentinel_fraction); v("peak_flops", peak_flops);
+    v("mfu_floor", mfu_floor);
   }
 };
 
@@ -140,10 +148,12 @@ struct DebugConfig {
   int64_t inject_nan_step = -1;        // fault injection for tests: poison one gradient at this step
   int64_t inject_nan_steps = 1;        // ... and at the steps after it, this many in all
   std::string inject_nan_in = "grad";  // "grad": one down_proj gradient element; "loss": the loss
+  double slow_forward_ms = 0;          // for tests: sleep this long in each micro-batch's forward
   template <class V>
   void visit(V& v) {
     v("verify_at_start", verify_at_start); v("inject_nan_step", inject_nan_step);
     v("inject_nan_steps", inject_nan_steps); v("inject_nan_in", inject_nan_in);
+    v("slow_forward_ms", slow_forward_ms);
   }
 };
 

@@ -8,9 +8,29 @@
 
 namespace lm::train {
 
+// A measured matmul ceiling: n×n×n products in `windows` back-to-back windows of seconds/windows
+// each (>= 1 s in all by default). Each window's FLOP/s is its products over its wall time, so a
+// product the scheduler delayed costs one window, not the figure; `best` is the fastest window.
+struct PeakMeasurement {
+  double best = 0;              // FLOP/s of the fastest window (0: nothing could be timed)
+  double median = 0;            // of the windows
+  std::vector<double> windows;  // FLOP/s of each window, in order
+  double seconds = 0;           // timed in all
+  std::string how;              // "bf16 matmul 1024^3, best of 5 windows over 1.0 s"
+};
+
+// The two MFUs lmforge reports, named the same everywhere (metrics.jsonl, fit's log, the bench,
+// scripts/gpu-check.sh, docs/gpu.md "What MFU means"):
+//   mfu                against `flops`: the vendor's data-sheet peak on a GPU (the convention of
+//                      PaLM appendix B, llm.c, torchtitan); on a CPU, which has no data sheet, the
+//                      measured matmul ceiling;
+//   mfu_measured_peak  against `measured`: the matmul ceiling timed on this device at start-up.
 struct DevicePeak {
-  double flops = 0;    // FLOP/s, 0 = unknown
-  std::string source;  // "measured fp32 matmul", "table: NVIDIA H100", ...
+  double flops = 0;         // FLOP/s `mfu` divides by, 0 = unknown
+  std::string source;       // "table: NVIDIA H100 80GB HBM3", "measured fp32 matmul 1024^3, ...", "override ..."
+  double measured = 0;      // FLOP/s `mfu_measured_peak` divides by, 0 = not measured
+  std::string measured_how; // PeakMeasurement::how
+  std::string warning;      // judge_peak's: why the measured ceiling looks wrong ("" = plausible)
 };
 
 // A GPU of the peak table: dense (no sparsity) tensor-core peaks from the vendors' data sheets
@@ -26,13 +46,21 @@ const std::vector<GpuSpec>& gpu_table();
 // The row whose key occurs in `name` (case-insensitive), or nullptr.
 const GpuSpec* find_gpu(const std::string& name);
 
-// CPU: a matmul micro-benchmark in `dtype` (~0.3 s). CUDA: the dense bf16/fp32 figure from a
-// table keyed by the device name (H100/H200 989 TFLOP/s bf16, A100 312, L40S 362, RTX 4090 165).
-// `override_flops` > 0 wins.
-DevicePeak device_peak(const torch::Device& device, torch::ScalarType dtype, double override_flops);
+// Both peaks of `device` for `dtype`. CUDA: `flops` from the table by the device's name (H100/H200
+// 989 TFLOP/s bf16, A100 312, L40S 362, RTX 4090 165), `measured` timed with 8192^3 products;
+// CPU: both the measured ceiling (1024^3). `override_flops` > 0 (train.logging.peak_flops) is
+// used for both and nothing is measured. `seconds`: the measurement's length (>= 1 s by default);
+// `n` > 0: another matmul size.
+DevicePeak device_peak(const torch::Device& device, torch::ScalarType dtype, double override_flops,
+                       double seconds = 1.0, int64_t n = 0);
 
-// CPU peak, measured: best of several n×n matmuls.
-double measure_matmul_flops(torch::ScalarType dtype, int64_t n, double seconds);
+// The matmul ceiling of `device` in `dtype` (see PeakMeasurement).
+PeakMeasurement measure_matmul_peak(const torch::Device& device, torch::ScalarType dtype, int64_t n,
+                                    double seconds = 1.0, int windows = 5);
+
+// Whether a measured ceiling can be believed: "" when it can, else why not (0 FLOP/s, windows that
+// disagree by more than 2x: a busy machine, or far from the data sheet's `spec_flops` when known).
+std::string judge_peak(const PeakMeasurement& m, double spec_flops);
 
 // TF32 for fp32 work on CUDA: cuBLAS matmuls (float32 matmul precision "high") and cuDNN
 // convolutions. bf16 autocast runs the matmuls in bf16 already; TF32 speeds up what stays fp32

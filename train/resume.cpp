@@ -21,7 +21,8 @@ ResumeRule resume_rule(const std::string& field) {
       "train.hardware.cuda_kernels",  // a kernel checked against its reference: rounding only
       "train.hardware.fast_paths_off",  // the same, the other way
       "train.hardware.cuda_graphs",     // the same kernels, launched by a replay
-      "train.checkpoint.interval", "train.checkpoint.minutes", "train.checkpoint.keep_last"};
+      "train.checkpoint.interval", "train.checkpoint.minutes", "train.checkpoint.keep_last",
+      "train.checkpoint.at_end"};
   return kInvocation.count(field) ? ResumeRule::kInvocation : ResumeRule::kFixed;
 }
 

@@ -5,6 +5,7 @@
 #include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <thread>
 
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
@@ -129,20 +130,31 @@ std::string FitSummary::summary() const {
       start_step == 0 ? absl::StrFormat("%d steps (%s tokens)", steps, tok)
                       : absl::StrFormat("steps %d-%d (%d this start; %d steps, %s tokens in the run)", start_step + 1,
                                         steps, steps - start_step, steps, tok);
-  std::string s = absl::StrFormat("trained %s in %s: %.0f tok/s, MFU %s, final train loss %.4f nats/token", what,
-                                  format_duration(seconds), tokens_per_s,
-                                  mfu > 0 ? absl::StrFormat("%.1f%%", 100 * mfu) : std::string("n/a"), final_loss);
+  std::string s = absl::StrFormat("trained %s in %s: %.0f tok/s, %s, final train loss %.4f nats/token", what,
+                                  format_duration(seconds), tokens_per_s, mfu_text(), final_loss);
   for (const auto& [lang, v] : val_loss) s += absl::StrFormat("\n  val loss %s: %.4f nats/token", lang, v);
   if (comm_wait_s > 0)
     s += absl::StrFormat("\n  gradient all-reduce wait: %.2f s of %.2f s step time (%.1f%%)", comm_wait_s, step_s,
                          step_s > 0 ? 100 * comm_wait_s / step_s : 0.0);
   if (nan_skipped > 0)
     s += absl::StrFormat("\n  skipped %d updates with a non-finite loss or gradient (train.nan_skip_limit)", nan_skipped);
+  if (!floor_warning.empty()) s += "\n  WARNING: " + floor_warning;
+  if (!peak_warning.empty()) s += "\n  note: " + peak_warning;
   if (!fast_path_fallback.empty())
     s += "\n  WARNING: trained with the reference instead of these fast paths, which failed their start-up check "
          "on this device: " + absl::StrJoin(fast_path_fallback, ", ");
   if (!checkpoint.empty()) s += "\n  checkpoint: " + checkpoint;
   return s;
+}
+
+// "MFU 45.1% (median of 12 intervals; mfu_measured_peak 56.4%)": both MFUs, by their names.
+std::string FitSummary::mfu_text() const {
+  if (!(mfu > 0)) return "MFU n/a (device peak unknown)";
+  std::string s = absl::StrFormat("MFU %.1f%% (median of %d interval%s", 100 * mfu, mfu_intervals,
+                                  mfu_intervals == 1 ? "" : "s");
+  if (mfu_measured_peak > 0 && std::abs(mfu_measured_peak - mfu) > 1e-9)
+    s += absl::StrFormat("; mfu_measured_peak %.1f%%", 100 * mfu_measured_peak);
+  return s + ")";
 }
 
 absl::StatusOr<FitSummary> fit(const FitRequest& req, BatchSource& source, const ValSets& val) {
@@ -191,8 +203,7 @@ absl::Status Trainer::build_model() {
   // On CUDA only: the CPU's SDPA kernel choice is left alone (its flash kernel is the fast one).
   if (device_.is_cuda()) model::set_sdpa_backend(tc_.hardware.sdpa_backend);
   torch::manual_seed(tc_.seed);
-  model_ = model::Transformer(req_.model);
-  model_->init_weights(tc_.seed);
+  model_ = model::Transformer(req_.model, tc_.seed);  // initialised once, from train.seed
   if (tc_.hardware.cuda_kernels) {
     if (!model_->set_cuda_kernels(true))
       return absl::FailedPreconditionError(
@@ -333,6 +344,9 @@ void Trainer::verify_fast_paths() {
     else log_warn("%s", std::string(line));
   }
   sum_.fast_path_fallback = report.fell_back;
+  for (const auto& c : report.checks)
+    if (std::find(report.fell_back.begin(), report.fell_back.end(), c.name) == report.fell_back.end())
+      sum_.fast_paths_verified.push_back(c.name);
 }
 
 // Gradient averaging: hooks are registered after the start-up check so its backward stays local.
@@ -356,15 +370,34 @@ void Trainer::announce() {
   step_tokens_ = tokens_per_step(tc_, req_.world_size);
   sum_.start_step = step_;
   sum_.peak_source = peak_.source;
+  sum_.measured_peak = peak_.measured_how;
+  sum_.peak_flops = peak_.flops;
+  sum_.measured_peak_flops = peak_.measured;
+  sum_.peak_warning = peak_.warning;
   if (!main_rank_) return;
   for (const auto& line : absl::StrSplit(version_report("lmtrain fit"), '\n')) log_info("%s", std::string(line));
   log_info("device %s, %s, TF32 matmuls %s", device_.str(), bf16_ ? "bf16 autocast (fp32 master weights)" : "fp32",
            device_.is_cuda() ? (tf32_enabled() ? "on" : "off") : "n/a on cpu");
-  log_info("model %s: %s params, %.3g FLOPs/token; batch %d x %d x accum %d = %s tokens/step; %d steps; peak %s (%s)",
+  log_info("model %s: %s params, %.3g FLOPs/token; batch %d x %d x accum %d = %s tokens/step; %d steps",
            req_.model.preset, format_count(static_cast<double>(model::param_count(req_.model))), flops_per_token_,
-           tc_.batch.micro_batch, tc_.batch.seq_len, tc_.batch.grad_accum, format_count(static_cast<double>(step_tokens_)), tc_.steps,
-           peak_.flops > 0 ? absl::StrFormat("%.1f TFLOP/s", peak_.flops / 1e12) : std::string("unknown"),
-           peak_.source);
+           tc_.batch.micro_batch, tc_.batch.seq_len, tc_.batch.grad_accum, format_count(static_cast<double>(step_tokens_)), tc_.steps);
+  announce_peaks();
+}
+
+// The two peaks, by the names of the MFUs that divide by them (train/device.h, docs/gpu.md "What
+// MFU means"), and a warning when the measured ceiling cannot be believed.
+void Trainer::announce_peaks() const {
+  auto tflops = [](double f) { return f > 0 ? absl::StrFormat("%.3g TFLOP/s", f / 1e12) : std::string("unknown"); };
+  if (tc_.logging.peak_flops > 0)
+    log_info("MFU: mfu and mfu_measured_peak against train.logging.peak_flops %s (set by hand, nothing measured)",
+             tflops(peak_.flops));
+  else if (device_.is_cuda())
+    log_info("MFU: mfu against the data-sheet peak %s (%s); mfu_measured_peak against %s (%s)", tflops(peak_.flops),
+             peak_.source, tflops(peak_.measured), peak_.measured_how);
+  else
+    log_info("MFU: mfu and mfu_measured_peak against the measured matmul ceiling %s (%s; a CPU has no data sheet)",
+             tflops(peak_.flops), peak_.source);
+  if (!peak_.warning.empty()) log_warn("peak: %s", peak_.warning);
 }
 
 absl::Status Trainer::open_metrics() {
@@ -392,6 +425,7 @@ absl::StatusOr<FitSummary> Trainer::train() {
   while (step_ < tc_.steps) {
     unread_.push_back(train_step());  // its loss, norm and skip flag stay on the device
     advance(unread_.back());          // step and token counters, timings
+    if (split_.done && sum_.floor_warning.empty()) warn_floor();  // the throughput floor fired
     // The only host read of step results: losses, and each non-finite step through
     // handle_non_finite (skip, or stop past train.nan_skip_limit).
     if (read_due()) LM_RETURN_IF_ERROR(read_steps(/*logging_current=*/true));
@@ -407,7 +441,10 @@ absl::StatusOr<FitSummary> Trainer::train() {
       break;
     }
   }
-  if (step_ == tc_.steps && sum_.stop_signal == 0) LM_RETURN_IF_ERROR(checkpoint(/*wait=*/true));
+  if (step_ == tc_.steps && sum_.stop_signal == 0) {
+    if (tc_.checkpoint.at_end) LM_RETURN_IF_ERROR(checkpoint(/*wait=*/true));
+    else LM_RETURN_IF_ERROR(read_steps(/*logging_current=*/false));  // every step's loss still arrives
+  }
   return finish();
 }
 
@@ -429,7 +466,22 @@ StepResult Trainer::train_step() {
   }
   ++steps_this_start_;
   r.seconds = since(t_step);
+  if (split_.on) {
+    split_.on = false;
+    split_.done = true;
+    split_.step = r.step;
+  }
   return r;
+}
+
+// The step split of the throughput floor: with split_.on, waits for the device and adds the time
+// since the last mark to *phase (nullptr: only sets the mark). Off, it costs nothing.
+void Trainer::lap(double* phase) {
+  if (!split_.on) return;
+  if (device_.is_cuda()) torch::cuda::synchronize();
+  const auto now = Clock::now();
+  if (phase != nullptr) *phase += std::chrono::duration<double>(now - split_.last).count();
+  split_.last = now;
 }
 
 // Whether another window follows the one for `micro`: not after the last micro-batch of the last
@@ -443,6 +495,7 @@ bool Trainer::more_windows(int64_t micro) const {
 // unless the loss or gradient is non-finite. A CUDA graph captures exactly this (graphed_step).
 Trainer::DeviceStep Trainer::device_step(const std::function<torch::Tensor(int64_t)>& window,
                                          FaultInjector::Site fault, StepResult& r) {
+  lap(nullptr);  // the split's clock starts here (when the step is timed phase by phase)
   optim_->zero_grad();
   torch::Tensor loss = accumulate_gradients(fault, window);  // float64 scalar on the device
   if (grad_sync_) r.comm_wait_s = sync_gradients(loss);
@@ -454,6 +507,7 @@ Trainer::DeviceStep Trainer::device_step(const std::function<torch::Tensor(int64
   auto found_inf = loss.isfinite().logical_and(norm.total.isfinite()).logical_not().to(torch::kFloat32);
   if (device_.is_cuda()) optim_->step_device_lr(found_inf);
   else optim_->step(r.lr, found_inf);
+  lap(&split_.optimizer);
   return {torch::stack({loss, norm.total.to(torch::kFloat64), norm.first_bad.to(torch::kFloat64)}),
           std::move(norm.present)};
 }
@@ -472,6 +526,7 @@ void Trainer::graphed_step(StepResult& r) {
   if (!graph_) {
     graph_ = std::make_unique<StepGraph>(device_);
     DeviceStep real;
+    sum_.cuda_graph_captured = true;
     graph_->run_then_capture(
         [&](bool capturing) {
           if (capturing) graph_out_ = device_step(from_static, FaultInjector::Site::kNone, r);
@@ -525,11 +580,15 @@ torch::Tensor Trainer::accumulate_gradients(FaultInjector::Site fault,
   AutocastGuard ac(device_, bf16_);
   torch::Tensor step_loss = torch::zeros({}, torch::TensorOptions().dtype(torch::kFloat64).device(device_));
   for (int64_t micro = 0; micro < tc_.batch.grad_accum; ++micro) {
+    if (tc_.debug.slow_forward_ms > 0)  // tests: a run slowed on purpose (the throughput floor)
+      std::this_thread::sleep_for(std::chrono::duration<double, std::milli>(tc_.debug.slow_forward_ms));
     auto loss = model_->loss(window(micro)) / static_cast<double>(tc_.batch.grad_accum);
     if (fault == FaultInjector::Site::kLoss) loss = FaultInjector::poison_loss(loss);
+    lap(&split_.forward);
     // Only the last micro-batch's backward all-reduces (the others accumulate locally).
     if (grad_sync_) grad_sync_->before_backward(micro == tc_.batch.grad_accum - 1);
     loss.backward();
+    lap(&split_.backward);
     step_loss.add_(loss.detach().to(torch::kFloat64));  // the sum of the fp32 losses in double, as before
   }
   return step_loss;
@@ -638,15 +697,20 @@ bool Trainer::log_due() const {
 Json Trainer::step_line(const StepResult& r) const {
   const double dt = since(t_log_);
   const double rate = dt > 0 ? static_cast<double>(tokens_ - tokens_at_log_) / dt : 0;
-  const double mfu = peak_.flops > 0 ? rate * flops_per_token_ / (peak_.flops * req_.world_size) : 0;
   const int64_t tokens = tokens_ - (step_ - r.step) * step_tokens_;
   Json m = {{"step", r.step}, {"tokens", tokens}, {"loss", r.loss}, {"lr", r.lr},
-            {"grad_norm", r.grad_norm}, {"tokens_per_s", rate}, {"mfu", mfu},
-            {"elapsed_s", since(t_start_)}};
+            {"grad_norm", r.grad_norm}, {"tokens_per_s", rate}, {"mfu", mfu_of(rate, peak_.flops)},
+            {"mfu_measured_peak", mfu_of(rate, peak_.measured)}, {"elapsed_s", since(t_start_)}};
   if (nan_skipped_ > 0) m["nan_skipped"] = nan_skipped_;  // in the whole run so far
   if (!r.skipped.empty()) m["skipped"] = r.skipped;       // not applied: first non-finite parameter
   if (!sum_.fast_path_fallback.empty()) m["fast_path_fallback"] = sum_.fast_path_fallback;
   return m;
+}
+
+// Model FLOPs utilisation of `rate` tokens/s against `peak` FLOP/s per device (every rank brings
+// its own device: world_size times one peak); 0 when the peak is unknown.
+double Trainer::mfu_of(double rate, double peak) const {
+  return peak > 0 ? rate * flops_per_token_ / (peak * req_.world_size) : 0;
 }
 
 // The metrics line of this step: throughput and MFU over the interval since the last line.
@@ -654,6 +718,16 @@ Json Trainer::measure(const StepResult& r) {
   Json m = step_line(r);
   t_log_ = Clock::now();
   tokens_at_log_ = tokens_;
+  // The first interval of a start includes warm-up (allocator, kernel selection, compilation):
+  // the summary's median MFU leaves it out unless it is the only one.
+  if (lines_this_start_++ == 0) {
+    first_mfu_ = m["mfu"].get<double>();
+    first_mfu_measured_ = m["mfu_measured_peak"].get<double>();
+  } else {
+    mfus_.push_back(m["mfu"].get<double>());
+    mfus_measured_.push_back(m["mfu_measured_peak"].get<double>());
+  }
+  check_floor();
   check_throughput(m["tokens_per_s"].get<double>());
   if (grad_sync_ && device_.is_cpu()) {
     // Per-step means over this log interval, rank 0's clock (ranks wait for the slowest). Not on
@@ -677,6 +751,42 @@ void Trainer::check_throughput(double rate) {
              rate, 100 * tc_.logging.sentinel_fraction, median(rates_));
     sentinel_warned_ = true;
   }
+}
+
+// The throughput floor (train.logging.mfu_floor): a run slow from its first step never trips the
+// sentinel, which compares a run only with itself. Once two intervals after the warm-up (or the
+// last step) show a median `mfu` below the floor of what the device allows, the next step is timed
+// phase by phase and warn_floor says so with the split; at the last step, without it.
+void Trainer::check_floor() {
+  if (floor_fired_ || !(tc_.logging.mfu_floor > 0) || !(peak_.flops > 0) || mfus_.empty()) return;
+  if (mfus_.size() < 2 && step_ != tc_.steps) return;
+  if (median(mfus_) >= tc_.logging.mfu_floor) return;
+  floor_fired_ = true;
+  // Not into a CUDA graph's capture (it must not synchronize): then, and at the last step, no split.
+  if (step_ < tc_.steps && !(graphs_ && !graph_)) split_.on = true;
+  else warn_floor();
+}
+
+void Trainer::warn_floor() {
+  const double m = median(mfus_);
+  sum_.floor_warning = absl::StrFormat(
+      "THROUGHPUT FLOOR: MFU %.2f%% (median of the %d intervals after warm-up, by step %d) is far below what this device "
+      "allows: under %.0f%% (train.logging.mfu_floor) of %.3g TFLOP/s (%s)",
+      100 * m, mfus_.size(), step_, 100 * tc_.logging.mfu_floor, peak_.flops / 1e12, peak_.source);
+  std::string split = "no step: the floor was reached at the last step, or before a CUDA graph's capture";
+  const double total = split_.forward + split_.backward + split_.optimizer;
+  if (split_.done && total > 0)
+    split = absl::StrFormat("step %d: forward %.3g s (%.0f%%), backward %.3g s (%.0f%%), optimizer %.3g s (%.0f%%)",
+                            split_.step, split_.forward, 100 * split_.forward / total, split_.backward,
+                            100 * split_.backward / total, split_.optimizer, 100 * split_.optimizer / total);
+  else if (split_.done)
+    split = "the step was a CUDA graph replay: no phases to time";
+  if (!main_rank_) return;
+  log_warn("%s", sum_.floor_warning);
+  log_warn("  split of %s", split);
+  log_warn("  likely: another process on this machine, too few threads, a slow kernel or fallback (docs/performance.md), "
+           "or a model and batch too small for this device; train.logging.mfu_floor 0 turns this check off");
+  sum_.floor_warning += "; " + split;
 }
 
 // Mean validation loss per language on eval_interval steps (and the last), into the line.
@@ -734,10 +844,11 @@ void Trainer::write_samples() {
 absl::Status Trainer::write_metrics(const Json& m, const StepResult& r) {
   LM_RETURN_IF_ERROR(append_line(m));
   if (!main_rank_) return absl::OkStatus();
-  const double mfu = m["mfu"].get<double>();
+  const double mfu = m["mfu"].get<double>(), measured = m["mfu_measured_peak"].get<double>();
   std::string extra = absl::StrFormat("loss %.4f lr %.2e gnorm %.2f %.0f tok/s MFU %s", r.loss, r.lr, r.grad_norm,
                                       m["tokens_per_s"].get<double>(),
                                       mfu > 0 ? absl::StrFormat("%.1f%%", 100 * mfu) : std::string("n/a"));
+  if (measured > 0 && std::abs(measured - mfu) > 1e-9) extra += absl::StrFormat(" (measured peak %.1f%%)", 100 * measured);
   if (m.contains("comm_wait_share"))
     extra += absl::StrFormat(" comm-wait %.0f%%", 100 * m["comm_wait_share"].get<double>());
   if (m.contains("val_loss"))
@@ -820,7 +931,15 @@ Trainer::Stop Trainer::stop_policy() {
   const bool due = main_rank_ && tc_.checkpoint.minutes > 0 && since(last_checkpoint_) >= 60 * tc_.checkpoint.minutes;
   int sig = lm::stop_signal();
   int agreed = 2 * sig + (due ? 1 : 0);
-  if (req_.comm != nullptr) agreed = static_cast<int>(req_.comm->max(agreed));
+  if (req_.comm != nullptr) {
+    // Ranks agree only on the steps where the loop reads its results anyway (read_due: log,
+    // checkpoint and last steps, the same on every rank): the max all-reduce waits for the device
+    // on NCCL, so the steps between stay free of host syncs, as on one GPU. A signal or a due
+    // time checkpoint waits for that step (at most train.logging.interval steps).
+    if (!read_due()) return Stop::kNo;
+    agreed = static_cast<int>(req_.comm->max(agreed));
+    ++sum_.rank_agreements;
+  }
   sig = agreed / 2;
   time_due_ = agreed % 2 == 1;
   if (sig == 0) return Stop::kNo;
@@ -842,8 +961,12 @@ FitSummary Trainer::finish() const {
   sum.seconds = since(t_start_);
   sum.tokens_per_s =
       sum.seconds > 0 ? static_cast<double>((step_ - sum.start_step) * step_tokens_) / sum.seconds : 0;
-  // Every rank brings its own device: MFU is against world_size times one peak.
-  sum.mfu = peak_.flops > 0 ? sum.tokens_per_s * flops_per_token_ / (peak_.flops * req_.world_size) : 0;
+  // The median interval's MFU, not the best or the last: one interval on a busy machine swings.
+  const bool intervals = !mfus_.empty();
+  sum.mfu = intervals ? median(mfus_) : lines_this_start_ > 0 ? first_mfu_ : mfu_of(sum.tokens_per_s, peak_.flops);
+  sum.mfu_measured_peak = intervals ? median(mfus_measured_) : lines_this_start_ > 0 ? first_mfu_measured_
+                                                                                     : mfu_of(sum.tokens_per_s, peak_.measured);
+  sum.mfu_intervals = intervals ? static_cast<int64_t>(mfus_.size()) : std::min<int64_t>(lines_this_start_, 1);
   sum.final_loss = last_loss_;
   sum.nan_skipped = nan_skipped_;
   return sum;

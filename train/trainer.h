@@ -63,8 +63,21 @@ struct FitSummary {
   int64_t tokens = 0;  // tokens seen in total
   double seconds = 0;  // wall time of this invocation
   double tokens_per_s = 0;
-  double mfu = 0;      // fraction of the device peak, 0 when unknown
-  std::string peak_source;
+  // MFU, the median over this invocation's log intervals (the first, warm-up, left out when there
+  // are others): `mfu` against DevicePeak::flops (the data sheet on a GPU, the measured ceiling on a
+  // CPU), `mfu_measured_peak` against the ceiling measured at start-up. 0 when unknown.
+  double mfu = 0;
+  double mfu_measured_peak = 0;
+  int64_t mfu_intervals = 0;     // intervals the medians are over
+  double peak_flops = 0;          // what `mfu` divides by (per device), FLOP/s
+  double measured_peak_flops = 0; // what `mfu_measured_peak` divides by
+  std::string peak_source;       // where peak_flops comes from
+  std::string measured_peak;     // how measured_peak_flops was measured
+  std::string peak_warning;      // judge_peak: the measured ceiling looks wrong ("" = plausible)
+  std::string floor_warning;     // the throughput floor fired (train.logging.mfu_floor): its first line
+  std::vector<std::string> fast_paths_verified;  // checked against their reference at start-up and kept
+  bool cuda_graph_captured = false;  // train.hardware.cuda_graphs: a graph was captured and replayed
+  int64_t rank_agreements = 0;   // data parallel: collectives of the stop/checkpoint agreement (stop_policy)
   double final_loss = 0;
   std::map<std::string, double> val_loss;
   std::string checkpoint;
@@ -78,6 +91,7 @@ struct FitSummary {
   int64_t buckets_synced = 0;        // gradient buckets all-reduced, summed over steps (data parallel)
   int64_t buckets_in_backward = 0;   // of which started from autograd hooks during backward (overlap)
   std::string summary() const;
+  std::string mfu_text() const;  // "MFU 45.1% (median of 12 intervals; mfu_measured_peak 56.4%)"
 };
 
 // Validates the request, runs the start-up verification, trains, checkpoints: Trainer::create,
@@ -136,6 +150,7 @@ class Trainer {
   void verify_fast_paths();
   void start_grad_sync();
   void announce();
+  void announce_peaks() const;
   absl::Status open_metrics();
   // The step's pieces.
   struct DeviceStep {
@@ -161,6 +176,10 @@ class Trainer {
   Json measure(const StepResult& r);
   absl::Status append_line(const Json& line);
   void check_throughput(double rate);
+  double mfu_of(double rate, double peak) const;
+  void check_floor();
+  void warn_floor();
+  void lap(double* phase);
   void validate(Json& line);
   void write_samples();
   absl::Status write_metrics(const Json& line, const StepResult& r);
@@ -219,6 +238,20 @@ class Trainer {
   int64_t interval_steps_ = 0;
   std::vector<double> rates_;
   bool sentinel_warned_ = false;
+  // MFU of each log interval of this invocation (both kinds), the first (warm-up) apart.
+  std::vector<double> mfus_, mfus_measured_;
+  double first_mfu_ = 0, first_mfu_measured_ = 0;
+  int64_t lines_this_start_ = 0;
+  // The throughput floor: fired once, then the next step is timed phase by phase (the host waits
+  // for the device after each) and the warning names the split.
+  bool floor_fired_ = false;
+  struct StepSplit {
+    bool on = false, done = false;
+    int64_t step = 0;
+    double forward = 0, backward = 0, optimizer = 0;
+    Clock::time_point last;
+  };
+  StepSplit split_;
   std::unique_ptr<Progress> progress_;
 
   // Checkpoints: rank 0's background writer (train/checkpoint.h), and the wall-clock period.

@@ -2,7 +2,8 @@
 // Trains the tiny preset on synthetic rows for --steps, writes the losses to --losses.
 // Environment knobs: LM_DDP_OVERLAP=0 (post-backward all-reduce), LM_DDP_BUCKET_MB, LM_DDP_ACCUM
 // (micro-batches per step; the global batch stays the same), LM_DDP_DEVICE=cuda, LM_DDP_FORCE_COMM=1
-// (a process group even with WORLD_SIZE=1: the NCCL smoke run), LM_DDP_STATS=FILE (bucket counts).
+// (a process group even with WORLD_SIZE=1: the NCCL smoke run), LM_DDP_STATS=FILE (bucket counts,
+// then the step-result reads and the ranks' stop agreements), LM_DDP_LOG_EVERY (train.logging.interval).
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
@@ -50,7 +51,7 @@ int main(int argc, char** argv) {
   r.train.hardware.device = device;
   r.train.batch.seq_len = 32;
   r.train.schedule.warmup_steps = 2;
-  r.train.logging.interval = 1;
+  r.train.logging.interval = std::atoi(env_or("LM_DDP_LOG_EVERY", "1"));
   r.train.eval.interval = 0;
   r.train.checkpoint.interval = 0;
   r.train.hardware.threads = 1;
@@ -73,7 +74,7 @@ int main(int argc, char** argv) {
   if (const char* stats = std::getenv("LM_DDP_STATS"); stats != nullptr && env->rank == 0) {
     std::ofstream out(stats);
     out << sum->buckets_synced << " " << sum->buckets_in_backward << " " << sum->comm_wait_s << " " << sum->step_s
-        << "\n";
+        << " " << sum->host_reads << " " << sum->rank_agreements << "\n";
   }
   return 0;
 }
