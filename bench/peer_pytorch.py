@@ -6,7 +6,10 @@ attention with an fp32 softmax, SwiGLU, no biases, tied embeddings per preset), 
 (N(0, 0.02), o_proj/down_proj scaled by 1/sqrt(2L), norms 1), same AdamW (torch.optim.AdamW,
 betas 0.9/0.95, eps 1e-8, weight decay 0.1 on matrices but not the embedding or norms), same
 LR schedule (warmup then cosine to 0.1 lr), same grad clip (1.0), same batch and dtype.
-Prints one JSON line in train_step_bench's format. --compile wraps the model in torch.compile
+Prints one JSON line in train_step_bench's format. Train mode times the same window as
+train_step_bench: --warmup untimed steps, then --steps timed ones, the loss (and gradient norm) read
+to the host only every --read-every steps (lmforge reads at its log steps, never per step), the rate
+from the read at step --warmup to the read at step --warmup + --steps. --compile wraps the model in torch.compile
 (Inductor; the first steps compile and are excluded from the rate like every warm-up). Run with
 the pinned interpreter of scripts/setup.sh (the same torch as the C++ build):
 
@@ -184,20 +187,56 @@ def write_profile(prof, path, steps):
                                     "calls_per_step": round(e.count / steps, 2)}) + "\n")
 
 
+def train(a, c, model, fwd, dev, gen, ctx, marks, losses):
+    """The train-mode loop over --warmup + --steps steps. Losses and gradient norms stay on the device
+    and are read every --read-every steps (one copy, as lmforge's read_steps); `marks` gets
+    (tokens, elapsed) at the reads of steps --warmup and --warmup + --steps. Returns the reads."""
+    B, T, total = a.batch, a.seq, a.warmup + a.steps
+    opt = model.configure_optimizers(a.lr, 0.1, (0.9, 0.95), 1e-8, fused=a.device == "cuda")
+    model.train()
+    prof, pending, reads = None, [], 0
+    t0 = time.perf_counter()
+    for step in range(total):
+        if a.profile and step == a.warmup:  # warm-up (and compilation) outside the profile
+            prof = torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU])
+            prof.__enter__()
+        lr = get_lr(step, a.lr, a.lr_warmup, total)
+        for g in opt.param_groups:
+            g["lr"] = lr
+        win = torch.randint(0, c["vocab_size"], (B, T + 1), generator=gen).to(dev)
+        opt.zero_grad(set_to_none=True)
+        with ctx:
+            _, loss = fwd(win[:, :-1], win[:, 1:])
+        loss.backward()
+        norm = torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        opt.step()
+        pending.append(torch.stack([loss.detach().double(), norm.detach().double()]))
+        if (step + 1) % a.read_every == 0 or step + 1 == total:
+            losses.extend(r[0] for r in torch.stack(pending).cpu().tolist())  # the only host read
+            pending, reads = [], reads + 1
+            if step + 1 in (a.warmup, total):
+                marks.append(((step + 1) * B * T, time.perf_counter() - t0))
+    if prof is not None:
+        prof.__exit__(None, None, None)
+        write_profile(prof, a.profile, a.steps)
+    return reads
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--preset", default="small")
     ap.add_argument("--batch", type=int, default=8)
     ap.add_argument("--seq", type=int, default=256)
-    ap.add_argument("--steps", type=int, default=20)
+    ap.add_argument("--steps", type=int, default=40, help="train mode: timed steps after --warmup; forward: all steps")
+    ap.add_argument("--warmup", type=int, default=5, help="train mode: untimed steps first (a multiple of --read-every)")
+    ap.add_argument("--read-every", type=int, default=5, help="train mode: read the loss to the host every N steps")
     ap.add_argument("--dtype", default="fp32", choices=["fp32", "bf16"])
     ap.add_argument("--threads", type=int, default=0)
     ap.add_argument("--mode", default="train", choices=["train", "forward", "config"])
     ap.add_argument("--n-layers", type=int, default=0)
     ap.add_argument("--n-heads", type=int, default=0)
-    ap.add_argument("--log-interval", type=int, default=0)
-    ap.add_argument("--lr", type=float, default=3e-3)
-    ap.add_argument("--warmup", type=int, default=2)
+    ap.add_argument("--lr", type=float, default=3e-3, help="the preset's lr (train_step_bench --mode config prints it)")
+    ap.add_argument("--lr-warmup", type=int, default=2, help="learning-rate warm-up steps (the preset's)")
     ap.add_argument("--compile", action="store_true", help="torch.compile the model (Inductor)")
     ap.add_argument("--profile", default="",
                     help="train mode: torch.profiler over the steps after the first log point; writes the self CPU "
@@ -205,6 +244,9 @@ def main():
     ap.add_argument("--device", default="cpu", choices=["cpu", "cuda"],
                     help="cuda: bf16 autocast on the GPU, TF32 on, fused AdamW (as lmtrain fit on cuda)")
     a = ap.parse_args()
+    if a.mode == "train" and (a.read_every < 1 or a.warmup < a.read_every or a.steps < a.read_every
+                              or a.warmup % a.read_every or a.steps % a.read_every):
+        ap.error(f"--warmup {a.warmup} and --steps {a.steps} must be positive multiples of --read-every {a.read_every}")
     c = dict(PRESETS[a.preset])
     if a.n_layers:
         c["n_layers"] = a.n_layers
@@ -232,8 +274,9 @@ def main():
     ctx = torch.autocast(a.device, dtype=torch.bfloat16) if a.dtype == "bf16" else contextlib.nullcontext()
     sync = torch.cuda.synchronize if a.device == "cuda" else (lambda: None)
     B, T = a.batch, a.seq
-    log_every = a.log_interval or max(1, a.steps // 4)
+    log_every = max(1, a.steps // 4)  # forward mode
     marks, losses = [], []  # (tokens, elapsed) at every log point, like lmforge's metrics.jsonl
+    reads = 0
     t0 = time.perf_counter()
     if a.mode == "forward":
         model.eval()
@@ -247,31 +290,9 @@ def main():
                     sync()
                     marks.append(((step + 1) * B * T, time.perf_counter() - t0))
     else:
-        opt = model.configure_optimizers(a.lr, 0.1, (0.9, 0.95), 1e-8, fused=a.device == "cuda")
-        model.train()
-        prof = None
-        for step in range(a.steps):
-            if a.profile and step == log_every:  # warm-up (and compilation) outside the profile
-                prof = torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU])
-                prof.__enter__()
-            lr = get_lr(step, a.lr, a.warmup, a.steps)
-            for g in opt.param_groups:
-                g["lr"] = lr
-            win = torch.randint(0, c["vocab_size"], (B, T + 1), generator=gen).to(dev)
-            opt.zero_grad(set_to_none=True)
-            with ctx:
-                _, loss = fwd(win[:, :-1], win[:, 1:])
-            loss.backward()
-            torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-            opt.step()
-            losses.append(loss.item())
-            if (step + 1) % log_every == 0 or step + 1 == a.steps:
-                sync()
-                marks.append(((step + 1) * B * T, time.perf_counter() - t0))
-        if prof is not None:
-            prof.__exit__(None, None, None)
-            write_profile(prof, a.profile, a.steps - log_every)
-    # Steady-state rate: from the first log point (warm-up excluded) to the last.
+        reads = train(a, c, model, fwd, dev, gen, ctx, marks, losses)
+    # Steady-state rate: train mode from the read at step --warmup to the last read (the window);
+    # forward mode from the first log point to the last.
     if len(marks) >= 2:
         rate = (marks[-1][0] - marks[0][0]) / (marks[-1][1] - marks[0][1])
     else:
@@ -282,7 +303,9 @@ def main():
                       "tokens_per_s": round(rate, 1), "flops_per_token": fpt, "params": n_params,
                       "peak_rss_mb": round(rss_mb, 1), "final_loss": round(losses[-1], 4),
                       "first_loss": round(losses[0], 4), "torch": torch.__version__, "device": a.device,
-                      "peak_cuda_mib": round(torch.cuda.max_memory_allocated() / 2**20, 1) if a.device == "cuda" else 0}))
+                      "peak_cuda_mib": round(torch.cuda.max_memory_allocated() / 2**20, 1) if a.device == "cuda" else 0,
+                      "warmup": a.warmup, "read_every": a.read_every, "host_reads": reads, "lr": a.lr,
+                      "lr_warmup": a.lr_warmup, "exit_code": 0}))
     sys.stdout.flush()
 
 

@@ -36,7 +36,12 @@ bench="$build/bench/train_step_bench"
 source "$(dirname "$0")/../scripts/env.sh"; py=$LM_PYTHON  # the pinned torch of scripts/setup.sh
 peer="$here/peer_pytorch.py"
 dtypes=(fp32 bf16); [[ "$dtype" == both ]] || dtypes=("$dtype")
-shape=(--preset "$preset" --batch "$batch" --seq "$seq" --steps "$steps" --threads "$threads")
+shape=(--preset "$preset" --batch "$batch" --seq "$seq" --threads "$threads")
+# Train mode times the same window on both sides: a quarter of --steps untimed, the rest timed,
+# the host reading the loss every quarter (train_step_bench and peer_pytorch.py: --warmup,
+# --steps, --read-every); forward and nll run --steps in all.
+every=$(( steps / 4 > 0 ? steps / 4 : 1 ))
+steps_of() { if [[ "$1" == train ]]; then echo --warmup $every --read-every $every --steps $(( (steps / every - 1) * every )); else echo --steps $steps; fi; }
 [[ "$layers" == 0 ]] || shape+=(--n-layers "$layers")
 [[ "$heads" == 0 ]] || shape+=(--n-heads "$heads")
 
@@ -50,16 +55,16 @@ for dt in "${dtypes[@]}"; do
   for mode in train forward; do
     for ((r = 1; r <= rounds; r++)); do
       echo "  $dt $mode round $r/$rounds" >&2
-      "$bench" --mode "$mode" --dtype "$dt" "${shape[@]}" | tail -1 >> "$lines"
-      "$py" "$peer" --mode "$mode" --dtype "$dt" "${shape[@]}" | tail -1 >> "$lines"
-      [[ "$compiled" == 1 ]] && "$py" "$peer" --compile --mode "$mode" --dtype "$dt" "${shape[@]}" | tail -1 >> "$lines"
+      "$bench" --mode "$mode" --dtype "$dt" "${shape[@]}" $(steps_of $mode) | tail -1 >> "$lines"
+      "$py" "$peer" --mode "$mode" --dtype "$dt" "${shape[@]}" $(steps_of $mode) | tail -1 >> "$lines"
+      [[ "$compiled" == 1 ]] && "$py" "$peer" --compile --mode "$mode" --dtype "$dt" "${shape[@]}" $(steps_of $mode) | tail -1 >> "$lines"
     done
   done
   # lmeval nll's own path (windows + batched scorer) at the same shape; lmeval runs fp32 on a CPU.
   if [[ "$dt" == fp32 ]]; then
     for ((r = 1; r <= rounds; r++)); do
       echo "  $dt nll (lmeval's scorer) round $r/$rounds" >&2
-      "$bench" --mode nll --dtype "$dt" "${shape[@]}" | tail -1 >> "$lines"
+      "$bench" --mode nll --dtype "$dt" "${shape[@]}" --steps "$steps" | tail -1 >> "$lines"
     done
   fi
 done

@@ -61,15 +61,27 @@ double peak_rss_mb() {
   return static_cast<double>(ru.ru_maxrss) / 1024.0;  // Linux: KiB
 }
 
-// Steady-state rate from metrics.jsonl: first log point (warm-up excluded) to the last one,
-// the same definition the peer uses. The final checkpoint write is after the last log point.
-double steady_rate(const std::string& metrics_path) {
-  std::vector<std::pair<double, double>> marks;  // tokens, elapsed_s
+// The timed window, the same on both sides (bench/peer_pytorch.py takes the same three flags):
+// `warmup` untimed steps, then `steps` timed ones; the host reads the step results every
+// `read_every` steps (lmforge: train.logging.interval; the peer: loss.item() on those steps only),
+// and the rate runs from the read at step `warmup` to the read at step warmup + steps.
+struct Window {
+  int64_t warmup = 5, steps = 40, read_every = 5;
+  int64_t total() const { return warmup + steps; }
+};
+
+// Steady-state rate of the window from metrics.jsonl: tokens and elapsed time between the lines of
+// steps `warmup` and `warmup + steps` (0 when either is missing: the run stopped before).
+double window_rate(const std::string& metrics_path, const Window& w) {
+  double t0 = -1, t1 = -1, n0 = 0, n1 = 0;
   auto rows = lm::read_metrics(metrics_path);
-  if (rows.ok())
-    for (const auto& j : *rows) marks.emplace_back(j["tokens"].get<double>(), j["elapsed_s"].get<double>());
-  if (marks.size() < 2) return marks.empty() ? 0 : marks.back().first / marks.back().second;
-  return (marks.back().first - marks.front().first) / (marks.back().second - marks.front().second);
+  if (!rows.ok()) return 0;
+  for (const auto& j : *rows) {
+    const int64_t step = j.value("step", int64_t{0});
+    if (step == w.warmup) { t0 = j["elapsed_s"].get<double>(); n0 = j["tokens"].get<double>(); }
+    if (step == w.total()) { t1 = j["elapsed_s"].get<double>(); n1 = j["tokens"].get<double>(); }
+  }
+  return t0 >= 0 && t1 > t0 ? (n1 - n0) / (t1 - t0) : 0;
 }
 // Records every ATen op with its input shapes (the legacy CPU profiler, as Python's
 // torch.autograd.profiler does on this build, which has no Kineto) and writes complete events
@@ -133,31 +145,144 @@ std::pair<double, double> nll_rate(const lm::model::ModelConfig& mc, int64_t bat
   if (!stats.ok()) return {0, 0};
   return {stats->tokens / s, stats->nats_per_token()};
 }
+// Train mode's switches (train.hardware.*) and what the checks may do.
+struct TrainOptions {
+  bool cuda_kernels = false, cuda_graphs = false;
+  std::string sdpa_backend = "auto";
+  std::vector<std::string> paths_off;
+  int64_t inject_nan_step = -1, nan_skip_limit = -1;
+  std::string break_fast_path;
+};
+
+// lmtrain fit's request for the bench: the preset's own training row (its lr and schedule, not a
+// bench's), one micro-batch per step, the window's steps and read cadence, the start-up
+// verification ON (a fast path this stage times is checked against its reference first), no
+// validation and no checkpoint at all (a 400m one is 4.7 GB with fsync), some non-finite steps
+// skipped rather than fatal (a quarter of the steps: the figure is still the step's speed).
+lm::train::FitRequest bench_request(const std::string& preset, const lm::model::ModelConfig& mc, int64_t batch,
+                                    int64_t seq, const Window& w, const std::string& dtype, const std::string& device,
+                                    const TrainOptions& o, int threads) {
+  lm::train::FitRequest req;
+  req.model = mc;
+  req.run_dir = (std::filesystem::temp_directory_path() / ("lm_bench_" + std::to_string(getpid()))).string();
+  req.force = true;
+  req.train = lm::train::preset_train_config(preset);
+  auto& t = req.train;
+  t.tokens = 0; t.steps = w.total(); t.stop_at_step = -1;
+  t.batch.micro_batch = batch; t.batch.seq_len = seq; t.batch.grad_accum = 1; t.batch.batch_tokens = 0;
+  t.logging.interval = w.read_every; t.eval.interval = 0; t.eval.sample_tokens = 0;
+  t.checkpoint.interval = 0; t.checkpoint.minutes = 0; t.checkpoint.at_end = false;
+  t.debug.verify_at_start = true;
+  t.nan_skip_limit = o.nan_skip_limit >= 0 ? o.nan_skip_limit : std::max<int64_t>(1, w.total() / 4);
+  t.debug.inject_nan_step = o.inject_nan_step;
+  t.hardware.dtype = dtype; t.hardware.device = device; t.hardware.threads = threads;
+  t.hardware.cuda_kernels = o.cuda_kernels;
+  t.hardware.cuda_graphs = o.cuda_graphs;
+  t.hardware.sdpa_backend = o.sdpa_backend;
+  t.hardware.fast_paths_off = o.paths_off;
+  return req;
+}
+
+// Train mode: fit on random tokens; prints its JSON line (flushed) whatever the outcome, with the
+// exit code and the error when fit failed, before anything else can go wrong (the run folder's
+// removal crashed once on a GPU machine and took a good figure with it). What ran is recorded, not
+// what was asked: the fast paths verified and fallen back, whether a CUDA graph was captured.
+int train_mode(const std::string& preset, const lm::model::ModelConfig& mc, int64_t batch, int64_t seq,
+               const Window& w, const std::string& dtype, const std::string& device, const TrainOptions& o,
+               int threads) {
+  lm::train::FitRequest req = bench_request(preset, mc, batch, seq, w, dtype, device, o, threads);
+  if (!o.break_fast_path.empty()) lm::model::set_debug_break_fast_path(o.break_fast_path);
+  RandomSource src(batch * (seq + 1), static_cast<int32_t>(mc.vocab_size));
+  auto sum = lm::train::fit(req, src, {});
+  const double rate = window_rate(lm::RunFolder(req.run_dir).metrics(), w);
+  const double fpt = lm::model::train_flops_per_token(mc, seq);
+  lm::Json j = {{"impl", "lmforge"}, {"preset", preset}, {"dtype", dtype}, {"mode", "train"}, {"device", device},
+                {"batch", batch}, {"seq", seq}, {"warmup", w.warmup}, {"steps", w.steps}, {"read_every", w.read_every},
+                {"threads", threads}, {"tokens_per_s", rate}, {"flops_per_token", fpt},
+                {"params", lm::model::param_count(mc)}, {"peak_rss_mb", peak_rss_mb()},
+                {"lr", req.train.optimizer.lr}, {"lr_warmup", req.train.schedule.warmup_steps},
+                {"cuda_kernels", o.cuda_kernels}, {"cuda_graphs", o.cuda_graphs}, {"sdpa_backend", o.sdpa_backend},
+                {"fast_paths_off", absl::StrJoin(o.paths_off, ",")}, {"verify_at_start", req.train.debug.verify_at_start},
+                {"exit_code", sum.ok() ? 0 : 1}};
+  if (sum.ok()) {
+    const auto& f = *sum;
+    j["final_loss"] = f.final_loss;
+    j["first_loss"] = f.losses.empty() ? 0 : f.losses.front();
+    j["host_reads"] = f.host_reads;
+    j["nan_skipped"] = f.nan_skipped;
+    j["fast_paths_verified"] = f.fast_paths_verified;
+    j["fast_path_fallback"] = absl::StrJoin(f.fast_path_fallback, ",");
+    j["graph_captured"] = f.cuda_graph_captured;
+    j["peak_flops"] = f.peak_flops;
+    j["peak_source"] = f.peak_source;
+    j["measured_peak_flops"] = f.measured_peak_flops;
+    j["measured_peak"] = f.measured_peak;
+    if (!f.peak_warning.empty()) j["peak_warning"] = f.peak_warning;
+    // MFU of the window's rate, by both names (train/device.h).
+    j["mfu"] = f.peak_flops > 0 ? rate * fpt / f.peak_flops : 0.0;
+    j["mfu_measured_peak"] = f.measured_peak_flops > 0 ? rate * fpt / f.measured_peak_flops : 0.0;
+  } else {
+    j["error"] = std::string(sum.status().message());
+  }
+  std::printf("%s\n", j.dump().c_str());
+  std::fflush(stdout);
+  (void)lm::remove_tree(req.run_dir);
+  return sum.ok() ? 0 : 1;
+}
+
+// Peak mode: the matmul ceiling of the device, timed >= 1 s as the best of 5 windows, with the
+// data sheet's figure beside it on a GPU and the judgement of whether the ceiling can be believed.
+int peak_mode(const std::string& device, int64_t n, int threads) {
+  const torch::Device dev(device);
+  lm::Json j = {{"impl", "lmforge"}, {"mode", "peak"}, {"device", device}, {"threads", threads}};
+  for (const auto dt : {torch::kFloat32, torch::kBFloat16}) {
+    const std::string name = dt == torch::kBFloat16 ? "bf16" : "fp32";
+    if (dev.is_cuda() && dt == torch::kFloat32) continue;  // the step runs bf16 on a GPU
+    const lm::train::DevicePeak p = lm::train::device_peak(dev, dt, 0, 1.0, n);
+    j["n"] = n > 0 ? n : (dev.is_cuda() ? 8192 : 1024);
+    j[name + "_flops"] = p.measured;
+    j[name + "_how"] = p.measured_how;
+    j[name + "_spec_flops"] = p.flops;
+    j[name + "_spec_source"] = p.source;
+    j[name + "_judgement"] = p.warning.empty() ? "plausible" : p.warning;
+  }
+  std::printf("%s\n", j.dump().c_str());
+  std::fflush(stdout);
+  return 0;
+}
 }  // namespace
 
 int main(int argc, char** argv) {
   CLI::App app{"train-step throughput on synthetic tokens"};
   std::string preset = "small", dtype = "fp32", device = "cpu", mode = "train";
-  int64_t batch = 8, seq = 256, steps = 20, vocab = 0, n_layers = 0, n_heads = 0, peak_n = 2048;
+  int64_t batch = 8, seq = 256, steps = 40, vocab = 0, n_layers = 0, n_heads = 0, peak_n = 0;
   int threads = 0;
+  Window window;
   app.add_option("--mode", mode, "train | forward | nll | peak | config | kernels");
   app.add_option("--preset", preset);
   app.add_option("--batch", batch);
   app.add_option("--seq", seq);
-  app.add_option("--steps", steps);
+  app.add_option("--steps", steps, "train mode: timed steps after --warmup; other modes: all steps");
+  app.add_option("--warmup", window.warmup, "train mode: untimed steps before the timed ones (a multiple of --read-every)");
+  app.add_option("--read-every", window.read_every,
+                 "train mode: the host reads the step results every N steps (train.logging.interval); the rate runs "
+                 "from the read at step --warmup to the one at --warmup + --steps");
   app.add_option("--vocab", vocab);
   app.add_option("--n-layers", n_layers, "override the preset's layer count");
   app.add_option("--n-heads", n_heads, "override the preset's heads (and kv heads)");
   app.add_option("--dtype", dtype);
   app.add_option("--device", device);
   app.add_option("--threads", threads);
-  app.add_option("--peak-n", peak_n, "matmul size of --mode peak");
-  bool cuda_kernels = false, cuda_graphs = false;
-  std::string sdpa_backend = "auto";
-  app.add_option("--sdpa-backend", sdpa_backend, "train mode: auto | flash | cudnn | efficient | math (train.hardware.sdpa_backend)");
-  app.add_flag("--cuda-kernels", cuda_kernels, "train mode: lmforge's own CUDA kernels on (train.hardware.cuda_kernels)");
-  app.add_flag("--cuda-graphs", cuda_graphs, "train mode: the step captured and replayed as a CUDA graph (train.hardware.cuda_graphs)");
-  std::vector<std::string> paths_off;
+  app.add_option("--peak-n", peak_n, "matmul size of --mode peak (default 8192 on cuda, 1024 on cpu)");
+  TrainOptions opts;
+  auto& paths_off = opts.paths_off;
+  app.add_option("--sdpa-backend", opts.sdpa_backend, "train mode: auto | flash | cudnn | efficient | math (train.hardware.sdpa_backend)");
+  app.add_flag("--cuda-kernels", opts.cuda_kernels, "train mode: lmforge's own CUDA kernels on (train.hardware.cuda_kernels)");
+  app.add_flag("--cuda-graphs", opts.cuda_graphs, "train mode: the step captured and replayed as a CUDA graph (train.hardware.cuda_graphs)");
+  app.add_option("--nan-skip-limit", opts.nan_skip_limit, "train mode: train.nan_skip_limit (default: a quarter of the steps)");
+  app.add_option("--inject-nan-step", opts.inject_nan_step, "train mode, tests: a non-finite gradient at this step (train.debug)");
+  app.add_option("--break-fast-path", opts.break_fast_path,
+                 "train mode, tests: plant a 5% error in this fast path (the start-up check must catch it)");
   app.add_option("--fast-paths-off", paths_off,
                  "train and forward modes: these fast paths on their reference (train.hardware.fast_paths_off), "
                  "e.g. rms_norm.cpu,add_rms_norm.cpu,swiglu.cpu,rope.cpu,cross_entropy.cpu for the CPU kernels' A/B")
@@ -169,13 +294,13 @@ int main(int argc, char** argv) {
   CLI11_PARSE(app, argc, argv);
   lm::init_output(true);
   const int nthreads = lm::setup_threads(threads);
-  if (mode == "peak") {
-    const torch::Device cpu(torch::kCPU);
-    const double f32 = lm::train::measure_matmul_peak(cpu, torch::kFloat32, peak_n, 1.5).best;
-    const double b16 = lm::train::measure_matmul_peak(cpu, torch::kBFloat16, peak_n, 1.5).best;
-    std::printf("{\"impl\": \"lmforge\", \"mode\": \"peak\", \"n\": %ld, \"threads\": %d, "
-                "\"fp32_flops\": %.4g, \"bf16_flops\": %.4g}\n", peak_n, nthreads, f32, b16);
-    return 0;
+  if (mode == "peak") return peak_mode(device, peak_n, nthreads);
+  window.steps = steps;
+  if (mode == "train" && (window.read_every < 1 || window.warmup < window.read_every || window.steps < window.read_every ||
+                          window.warmup % window.read_every != 0 || window.steps % window.read_every != 0)) {
+    std::fprintf(stderr, "train_step_bench: --warmup %ld and --steps %ld must be positive multiples of --read-every %ld\n",
+                 window.warmup, window.steps, window.read_every);
+    return 2;
   }
   auto cfg = lm::model::preset(preset);
   if (!cfg.ok()) return 2;
@@ -196,11 +321,13 @@ int main(int argc, char** argv) {
     lm::Json j = lm::to_json(mc);
     j["params"] = params;
     j["flops_per_token"] = fpt;
+    const auto row = lm::train::preset_train_config(preset);  // the peer trains with the same lr
+    j["lr"] = row.optimizer.lr;
+    j["lr_warmup"] = row.schedule.warmup_steps;
     std::printf("%s\n", j.dump().c_str());
     return 0;
   }
   double rate = 0, final_loss = 0, first_loss = 0;
-  std::string fell_back;  // fast paths the start-up check switched to their reference
   std::unique_ptr<ShapeProfile> prof;
   if (!profile.empty()) prof = std::make_unique<ShapeProfile>(profile);
   if (mode == "nll") {
@@ -232,35 +359,16 @@ int main(int argc, char** argv) {
     rate = marks.size() >= 2 ? (marks.back().first - marks.front().first) / (marks.back().second - marks.front().second)
                              : marks.back().first / marks.back().second;
   } else {
-    lm::train::FitRequest req;
-    req.model = mc;
-    req.run_dir = (std::filesystem::temp_directory_path() / ("lm_bench_" + std::to_string(getpid()))).string();
-    req.force = true;
-    auto& t = req.train;
-    t.steps = steps; t.batch.micro_batch = batch; t.batch.seq_len = seq; t.hardware.dtype = dtype; t.hardware.device = device;
-    t.logging.interval = std::max<int64_t>(1, steps / 4); t.eval.interval = 0; t.checkpoint.interval = 0;
-    t.debug.verify_at_start = false; t.schedule.warmup_steps = 2; t.hardware.threads = nthreads;
-    t.hardware.cuda_kernels = cuda_kernels;
-    t.hardware.cuda_graphs = cuda_graphs;
-    t.hardware.sdpa_backend = sdpa_backend;
-    t.hardware.fast_paths_off = paths_off;
-    RandomSource src(batch * (seq + 1), static_cast<int32_t>(mc.vocab_size));
-    auto sum = lm::train::fit(req, src, {});
-    rate = steady_rate(lm::RunFolder(req.run_dir).metrics());
-    (void)lm::remove_tree(req.run_dir);
-    if (!sum.ok()) { std::fprintf(stderr, "error: %s\n", std::string(sum.status().message()).c_str()); return 1; }
-    final_loss = sum->final_loss;
-    first_loss = sum->losses.empty() ? 0 : sum->losses.front();
-    fell_back = absl::StrJoin(sum->fast_path_fallback, ",");
+    const int rc = train_mode(preset, mc, batch, seq, window, dtype, device, opts, nthreads);
+    prof.reset();
+    return rc;
   }
   prof.reset();  // writes the trace
   std::printf("{\"impl\": \"lmforge\", \"preset\": \"%s\", \"dtype\": \"%s\", \"mode\": \"%s\", \"batch\": %ld, "
               "\"seq\": %ld, \"steps\": %ld, \"threads\": %d, \"tokens_per_s\": %.1f, \"flops_per_token\": %.6g, "
               "\"params\": %ld, \"peak_rss_mb\": %.1f, \"final_loss\": %.4f, \"first_loss\": %.4f, "
-              "\"cuda_kernels\": %s, \"cuda_graphs\": %s, \"sdpa_backend\": \"%s\", \"fast_path_fallback\": \"%s\", "
               "\"fast_paths_off\": \"%s\"}\n",
               preset.c_str(), dtype.c_str(), mode.c_str(), batch, seq, steps, nthreads, rate, fpt, params,
-              peak_rss_mb(), final_loss, first_loss, cuda_kernels ? "true" : "false", cuda_graphs ? "true" : "false", sdpa_backend.c_str(),
-              fell_back.c_str(), absl::StrJoin(paths_off, ",").c_str());
+              peak_rss_mb(), final_loss, first_loss, absl::StrJoin(paths_off, ",").c_str());
   return 0;
 }
