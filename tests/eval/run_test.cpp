@@ -6,10 +6,14 @@
 
 #include <torch/torch.h>
 
+#include <cerrno>
 #include <cmath>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 
+#include <fcntl.h>
+#include <sys/file.h>
 #include <unistd.h>
 
 #include "absl/strings/str_split.h"
@@ -63,30 +67,44 @@ class RunFolder : public ::testing::Test {
   static inline bool built = false;
   static inline std::string error;
 
-  // ctest runs each test in its own process, maybe in parallel: the first one to finish
-  // building renames its private folder into place; the others reuse it (COMPLETE marker).
+  // ctest runs each test in its own process, maybe in parallel: one process builds under an
+  // exclusive lock on eval_test_run.lock while the others wait, then all reuse the folder
+  // (COMPLETE marker). Without the lock, a process that had read "no marker" could remove the
+  // folder another had just placed while that one's tests were reading it (CI, 2026-12-06).
   static void SetUpTestSuite() {
     if (built) return;
     built = true;
+    fs::create_directories(fs::path(dir()).parent_path());
+    const std::string lock_path = dir() + ".lock";
+    const int lock_fd = ::open(lock_path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+    if (lock_fd < 0 || ::flock(lock_fd, LOCK_EX) != 0) {
+      error = "cannot lock " + lock_path + ": " + std::strerror(errno);
+      if (lock_fd >= 0) ::close(lock_fd);
+      return;
+    }
+    place_folder();
+    ::flock(lock_fd, LOCK_UN);
+    ::close(lock_fd);
+  }
+
+  // Called under the lock: reuses a complete folder of this version, else builds a private one and
+  // renames it into place (a killed build never leaves a folder that looks complete).
+  static void place_folder() {
     const std::string marker = dir() + "/COMPLETE";
     auto text = read_file(marker);
     if (text.ok() && *text == kFolderVersion) return;
     const std::string tmp = dir() + ".tmp." + std::to_string(::getpid());
     auto st = build(tmp);
     if (st.ok()) st = write_file_atomic(tmp + "/COMPLETE", kFolderVersion);
+    std::error_code ec;
     if (!st.ok()) {
       error = std::string(st.message());
+      fs::remove_all(tmp, ec);
       return;
     }
-    std::error_code ec;
-    text = read_file(marker);
-    if (text.ok() && *text == kFolderVersion) {
-      fs::remove_all(tmp, ec);  // another process won
-      return;
-    }
-    fs::remove_all(dir(), ec);  // stale or half-built
+    fs::remove_all(dir(), ec);  // stale or half-built: nobody else reads it while we hold the lock
     fs::rename(tmp, dir(), ec);
-    if (ec && !fs::exists(marker)) error = "cannot move " + tmp + " to " + dir() + ": " + ec.message();
+    if (ec) error = "cannot move " + tmp + " to " + dir() + ": " + ec.message();
     fs::remove_all(tmp, ec);
   }
 
