@@ -4,7 +4,8 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 if [ ! -x build/app/lmtrain ]; then
   echo "demo: first run on this clone: set-up (~2.9 GB download once per machine) and the build of lmtrain and"
-  echo "demo: lmeval take up to ~11 minutes on 2 quiet cores (35 on a loaded machine; README.md), then the demo 2-5 minutes."
+  echo "demo: lmeval take about 6 minutes on 2 quiet cores (measured 2026-12-06: set-up 1.2, build 5.1; 35+ on a loaded"
+  echo "demo: machine; README.md), then the demo 2-5 minutes."
 else
   echo "demo: build up to date or incremental; the demo takes 2-5 minutes on 2 quiet cores (README.md)."
 fi
