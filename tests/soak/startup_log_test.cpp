@@ -47,7 +47,7 @@ class StartupLog : public BadInput {
 
 // The default start-up of a new run: at most 5 info lines (passes, device + threads, model, MFU,
 // checks) and the line that sums the checks up; no fast path of its own, no version report. Before:
-// 21 lines before the first step (7 fast paths, gradient flow, 2 version lines, 3 device lines, a
+// 23 lines before the first step (7 fast paths, gradient flow, 2 version lines, 3 device lines, a
 // 7-line passes table, the threads line, model, MFU).
 TEST_F(StartupLog, DefaultStartIsAHandfulOfLinesWithOneForTheChecks) {
   Result r = fit_said({"--preset", "tiny", "--tokenizer", w("tok"), "--steps", "2", "--out", w("new")});
