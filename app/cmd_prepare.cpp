@@ -80,8 +80,8 @@ void add_prepare(CLI::App& app, Registry& reg) {
                   "(e.g. 2e8; warns above 4)");
   sub->add_flag("--skip-invalid-utf8", c->o.skip_invalid_utf8, "skip and count lines with invalid UTF-8 instead of failing");
   sub->add_flag("--dedup,!--no-dedup", c->o.dedup,
-                "drop exact duplicate documents (64-bit content hash; the default, as in 'lmtrain tokenizer'); "
-                "--no-dedup keeps them")
+                "drop exact duplicate documents (64-bit content hash); on by default, as in 'lmtrain tokenizer'; "
+                "--no-dedup (CLI11 shows it as {false}) keeps them")
       ->capture_default_str();
   sub->add_flag("--force", c->force, "replace the shards in an existing, non-empty --out folder");
   sub->add_flag("--verify", c->verify, "re-open every shard with full checks (alone with --out: check only)");

@@ -106,8 +106,8 @@ void add_tokenizer(CLI::App& app, Registry& reg) {
   sub->add_option("--heldout-every", r.heldout_every, "hold out every N-th document per language (0 = none)")
       ->capture_default_str();
   sub->add_flag("--dedup,!--no-dedup", r.dedup,
-                "drop exact duplicate documents before sampling (the default, as in 'lmtrain prepare'); "
-                "--no-dedup keeps them")
+                "drop exact duplicate documents before sampling; on by default, as in 'lmtrain prepare'; "
+                "--no-dedup (CLI11 shows it as {false}) keeps them")
       ->capture_default_str();
   sub->add_flag("--skip-invalid-utf8", r.skip_invalid_utf8, "skip and count lines with invalid UTF-8 (default: error)");
   sub->add_option("--seed-sentencepiece-size", r.seed_sentencepiece_size, "unigram seed pieces")->capture_default_str();
