@@ -16,7 +16,7 @@ namespace {
 struct CheckOptions {
   std::string preset = "tiny";
   std::string model_config;
-  std::string device = "cpu";
+  std::string device = "auto";  // as fit and lmeval: cuda when a CUDA device is visible, else cpu
   int64_t vocab_size = 0;
   int64_t seq = 0;
   bool dry_run = false;
@@ -46,12 +46,13 @@ absl::Status run_check(const CheckOptions& o) {
   if (o.dry_run) return absl::OkStatus();
 
   torch::Device device(torch::kCPU);
-  if (o.device == "cuda") {
+  const bool cuda = o.device == "cuda" || (o.device == "auto" && torch::cuda::is_available());
+  if (cuda) {
     if (!torch::cuda::is_available())
       return absl::FailedPreconditionError("--device cuda: no CUDA device visible (this build or machine has none)");
     device = torch::Device(torch::kCUDA);
-  } else if (o.device != "cpu") {
-    return absl::InvalidArgumentError("--device: expected cpu or cuda, got '" + o.device + "'");
+  } else if (o.device != "cpu" && o.device != "auto") {
+    return absl::InvalidArgumentError("--device: expected auto, cpu or cuda, got '" + o.device + "'");
   }
   for (const auto& line : absl::StrSplit(version_report("lmtrain check"), '\n')) log_info("%s", std::string(line));
   model::Transformer m(cfg);
@@ -91,8 +92,9 @@ void add_check(CLI::App& app, Registry& reg) {
   sub->add_option("--preset", o.preset, "model preset: tiny, small, 124m, 400m, 1b")->capture_default_str();
   sub->add_option("--model-config", o.model_config, "JSON file overriding preset fields");
   sub->add_option("--vocab-size", o.vocab_size, "override the preset's vocabulary size");
-  sub->add_option("--seq", o.seq, "sequence length for the checks (default: min(max_seq_len, 64))");
-  sub->add_option("--device", o.device, "cpu or cuda")->capture_default_str();
+  sub->add_option("--seq-len,--seq", o.seq, "sequence length for the checks (default: min(max_seq_len, 64))");
+  sub->add_option("--device", o.device, "auto (cuda when a CUDA device is visible, else cpu, as fit), cpu or cuda")
+      ->capture_default_str();
   sub->add_flag("--dry-run", o.dry_run, "print parameter counts and FLOPs only");
   sub->add_flag("--cuda-kernels", o.cuda_kernels,
                 "also check lmforge's own SwiGLU, rotary and residual add + RMSNorm CUDA kernels (what fit's train.hardware.cuda_kernels turns on)");

@@ -85,8 +85,11 @@ absl::Status stopped_by_signal(const std::string& stage) {
 }
 
 // Runs a program to completion with the same stdout/stderr; returns its exit code.
+// Each stage runs at the demo's own verbosity (-v, -q).
 absl::Status run_stage(const std::string& name, std::vector<std::string> argv) {
   if (g_stop_signal != 0) return stopped_by_signal(name);
+  if (global_options().quiet) argv.push_back("-q");
+  else if (global_options().verbose) argv.push_back("-v");
   std::printf("\n== %s: %s\n", name.c_str(), absl::StrJoin(argv, " ").c_str());
   std::fflush(stdout);
   std::vector<char*> cargs;

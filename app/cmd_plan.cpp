@@ -68,7 +68,7 @@ void add_plan(CLI::App& app, Registry& reg) {
                                        " (h100 is the SXM module, also h100-sxm)")
       ->capture_default_str();
   sub->add_option("--gpus", o.gpus, "number of GPUs (data parallel)")->capture_default_str();
-  sub->add_option("--seq", o.seq, "sequence length (default: the preset's training sequence, docs/gpu.md)");
+  sub->add_option("--seq-len,--seq", o.seq, "sequence length (default: the preset's training sequence, docs/gpu.md)");
   sub->add_option("--micro-batch", o.micro_batch,
                   "micro-batch per GPU (default: the preset's when it fits, else the largest that fits)");
   sub->add_option("--mfu", o.mfu, "assumed model FLOPs utilisation, a fraction")->capture_default_str();

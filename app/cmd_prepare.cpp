@@ -79,14 +79,17 @@ void add_prepare(CLI::App& app, Registry& reg) {
                   "report the passes over each language and source that training on this many tokens makes "
                   "(e.g. 2e8; warns above 4)");
   sub->add_flag("--skip-invalid-utf8", c->o.skip_invalid_utf8, "skip and count lines with invalid UTF-8 instead of failing");
-  sub->add_flag("--dedup", c->o.dedup, "drop exact duplicate documents");
+  sub->add_flag("--dedup,!--no-dedup", c->o.dedup,
+                "drop exact duplicate documents (64-bit content hash); on by default, as in 'lmtrain tokenizer'; "
+                "--no-dedup (CLI11 shows it as {false}) keeps them")
+      ->capture_default_str();
   sub->add_flag("--force", c->force, "replace the shards in an existing, non-empty --out folder");
   sub->add_flag("--verify", c->verify, "re-open every shard with full checks (alone with --out: check only)");
   sub->add_option("--config", c->config, "JSON file with any of these options (flags win)");
   sub->footer(
       "Examples:\n"
       "  lmtrain prepare --corpus corpus.json --tokenizer tok/ --out shards/\n"
-      "  lmtrain prepare --corpus corpus.json --tokenizer tok/ --out shards/ --val-fraction 0.01 --dedup --verify\n"
+      "  lmtrain prepare --corpus corpus.json --tokenizer tok/ --out shards/ --val-fraction 0.01 --no-dedup --verify\n"
       "  lmtrain prepare --verify --out shards/ [--tokenizer tok/]\n"
       "An existing, non-empty --out is refused unless --force (runs trained on those shards would change);\n"
       "--force removes the shards the new manifest does not list and leaves other files alone.\n"

@@ -47,7 +47,7 @@ absl::Status run_tokenizer(TokenizerCmd& c, CLI::App* sub) {
     log_info("  %-4s %s chars (%.1f%% of the sample, weights ask %.1f%%), %ld docs, %ld held out", l.lang,
              format_count(static_cast<double>(l.chars)), 100 * l.char_share, 100 * l.weight_share, l.documents,
              static_cast<long>(sample.heldout[l.lang].size()));
-  log_info("  %ld sentences; %ld long lines split at sentence ends (longer than %ld bytes), %ld dropped",
+  log_detail("  %ld sentences; %ld long lines split at sentence ends (longer than %ld bytes), %ld dropped",
            sample.summary.sentences, sample.summary.long_lines_split, c.recipe.max_sentence_length,
            sample.summary.lines_dropped);
   if (sample.summary.invalid_utf8_skipped > 0)
@@ -105,7 +105,10 @@ void add_tokenizer(CLI::App& app, Registry& reg) {
       ->capture_default_str();
   sub->add_option("--heldout-every", r.heldout_every, "hold out every N-th document per language (0 = none)")
       ->capture_default_str();
-  sub->add_option("--dedup", r.dedup, "drop exact duplicate documents")->capture_default_str();
+  sub->add_flag("--dedup,!--no-dedup", r.dedup,
+                "drop exact duplicate documents before sampling; on by default, as in 'lmtrain prepare'; "
+                "--no-dedup (CLI11 shows it as {false}) keeps them")
+      ->capture_default_str();
   sub->add_flag("--skip-invalid-utf8", r.skip_invalid_utf8, "skip and count lines with invalid UTF-8 (default: error)");
   sub->add_option("--seed-sentencepiece-size", r.seed_sentencepiece_size, "unigram seed pieces")->capture_default_str();
   sub->add_option("--shrinking-factor", r.shrinking_factor, "unigram pruning keep share")->capture_default_str();

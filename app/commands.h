@@ -22,11 +22,12 @@ using Registry = std::vector<Command>;
 struct GlobalOptions {
   int threads = 0;  // 0 = measured at start-up where a model runs (runtime/threads.h), else all cores
   bool quiet = false;
+  bool verbose = false;  // -v: log_detail lines too (core/log.h)
   int exit_code = -1;  // set by a command that ends on a signal (128+N) with an ok status
 };
 GlobalOptions& global_options();
 
-// Adds --threads and --quiet to a subcommand.
+// Adds --threads, --quiet and --verbose to a subcommand.
 void add_global_flags(CLI::App* sub);
 
 // Parses argv, runs the chosen subcommand and returns the process exit code.

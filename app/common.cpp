@@ -16,7 +16,10 @@ void add_global_flags(CLI::App* sub) {
                   "CPU threads; 0 = fit, nll, mc and sample time 1 thread against all cores at start-up and keep the "
                   "faster (docs/performance.md, 'Threads'), the other commands use all cores")
       ->capture_default_str();
-  sub->add_flag("--quiet,-q", global_options().quiet, "only warnings and errors");
+  sub->add_flag("--quiet,-q", global_options().quiet, "only warnings and errors (wins over -v)");
+  sub->add_flag("--verbose,-v", global_options().verbose,
+                "the details behind the default log too: each start-up check with its figures, versions, the time "
+                "of each start-up phase, per-source tables");
 }
 
 int run_main(CLI::App& app, Registry& registry, int argc, char** argv) {
@@ -31,7 +34,7 @@ int run_main(CLI::App& app, Registry& registry, int argc, char** argv) {
     int rc = app.exit(e);
     return rc == 0 ? kExitOk : kExitBadInput;
   }
-  init_output(global_options().quiet);
+  init_output(global_options().quiet, global_options().verbose);
   setup_threads(global_options().threads);
   for (auto& cmd : registry) {
     if (cmd.sub->parsed()) {

@@ -84,7 +84,7 @@ measure() {
   t1=$(date +%s.%N)
   local wall; wall=$("$py" -c "print(round($t1 - $t0, 2))")
   [[ -n "$value" ]] || value=$wall
-  local chosen; chosen=$(grep -oE '\] threads: [0-9]+' "$err" | grep -oE '[0-9]+$' | head -1 || true)
+  local chosen; chosen=$(grep -oE '(\]|;) threads: [0-9]+' "$err" | grep -oE '[0-9]+$' | head -1 || true)
   echo "{\"workload\": \"$what\", \"threads\": $n, \"chosen\": ${chosen:-null}, \"value\": $value, \"unit\": \"$unit\", \"wall_s\": $wall}"
 }
 

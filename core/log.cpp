@@ -13,12 +13,18 @@ OutputOptions& output_options() {
   return opts;
 }
 
-void init_output(bool quiet) {
+void init_output(bool quiet, bool verbose) {
   auto& o = output_options();
   o.quiet = quiet;
+  o.verbose = verbose;
   const char* ci = std::getenv("CI");
   const bool in_ci = ci != nullptr && std::string(ci) != "" && std::string(ci) != "false";
   o.interactive = !in_ci && ::isatty(STDERR_FILENO) == 1;
+}
+
+bool detail_enabled() {
+  const auto& o = output_options();
+  return o.verbose && !o.quiet;
 }
 
 void log_line(const std::string& level, const std::string& msg) {

@@ -10,19 +10,30 @@
 
 namespace lm {
 
-// Global output switches, set once by the programs' mains.
+// Global output switches, set once by the programs' mains. Three levels of info: the default log
+// says what a person needs at a glance (a handful of start-up lines, progress, results); -v adds
+// the details behind them (each start-up check, versions, timings); -q keeps only warnings and
+// errors, and wins over -v. Warnings and errors are printed at every level.
 struct OutputOptions {
   bool quiet = false;        // only warnings and errors
+  bool verbose = false;      // log_detail lines too (ignored under quiet)
   bool interactive = false;  // stderr is a terminal and CI is not set
 };
 OutputOptions& output_options();
-void init_output(bool quiet);
+void init_output(bool quiet, bool verbose = false);
+// Whether log_detail prints (verbose and not quiet).
+bool detail_enabled();
 
 void log_line(const std::string& level, const std::string& msg);
 
 template <typename... Args>
 void log_info(const absl::FormatSpec<Args...>& fmt, const Args&... args) {
   if (!output_options().quiet) log_line("info", absl::StrFormat(fmt, args...));
+}
+// Details under -v: each start-up check, the version report, per-phase timings.
+template <typename... Args>
+void log_detail(const absl::FormatSpec<Args...>& fmt, const Args&... args) {
+  if (detail_enabled()) log_line("info", absl::StrFormat(fmt, args...));
 }
 template <typename... Args>
 void log_warn(const absl::FormatSpec<Args...>& fmt, const Args&... args) {

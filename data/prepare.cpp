@@ -463,6 +463,9 @@ absl::StatusOr<ShardManifest> prepare(const PrepareOptions& o) {
     warn_passes(rows, o.plan_tokens, "prepare --plan-tokens");
   }
   warn_about(corpus, m, o, all);
+  if (all.duplicates_dropped > 0)
+    log_info("prepare: dropped %ld exact duplicate documents of %ld read (dedup, the default; --no-dedup keeps them)",
+             all.duplicates_dropped, all.documents + all.duplicates_dropped);
   LM_RETURN_IF_ERROR(staging->commit(m));
   return m;
 }

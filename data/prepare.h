@@ -18,7 +18,7 @@ struct PrepareOptions {
   std::string out;        // shards folder (created)
   double val_fraction = 0.005;         // share of documents (by content hash) held out per language
   bool skip_invalid_utf8 = false;      // false: invalid UTF-8 is an error naming file:line
-  bool dedup = false;                  // drop exact duplicate documents
+  bool dedup = true;                   // drop exact duplicate documents (as the tokenizer's recipe does)
   uint64_t shard_tokens = 1ull << 26;  // tokens per shard before a new one starts (128 MiB at 16 bit)
   int threads = 0;                     // encoding threads (0 = all cores)
   int64_t batch_bytes = 4 << 20;       // text per encode_batch call

@@ -12,6 +12,7 @@
 #include "core/config.h"
 #include "core/file.h"
 #include "core/run_folder.h"
+#include "report/fonts.h"
 #include "report/plot.h"
 #include "report/tables.h"
 
@@ -106,7 +107,10 @@ std::vector<std::pair<std::string, Plot>> training_plots(const std::vector<Json>
 std::string html_head(const std::string& name) {
   std::string h;
   h += "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\"><title>lmforge run " + html_escape(name) + "</title>\n";
-  h += "<style>body{font-family:'Noto Sans Bengali','Kalpurush','SolaimanLipi','Lohit Bengali','Noto Sans',sans-serif;max-width:1340px;"
+  // The installed Bengali fonts first, then the one the report embeds when it shows Bengali
+  // (report/fonts.h), then Latin ones.
+  h += "<style>body{font-family:'Noto Sans Bengali','Kalpurush','SolaimanLipi','Lohit Bengali','" +
+       std::string(kEmbeddedBengaliFamily) + "','Noto Sans',sans-serif;max-width:1340px;"
        "margin:24px auto;padding:0 16px;color:#222}h1{font-size:22px;margin-bottom:4px}h2{font-size:18px;border-bottom:"
        "1px solid #ddd;padding-bottom:4px;margin-top:32px}nav{font-size:13px;margin-bottom:12px}nav a{margin-right:12px}"
        "table{border-collapse:collapse;font-size:13px;margin:8px 0}td,th{border:1px solid #ccc;padding:4px 10px;"
@@ -366,6 +370,8 @@ absl::StatusOr<ReportResult> write_report(const std::string& run_dir, const std:
   fertility_section(run, cfg, r, h);
   h += config_section(run, cfg);
   h += "<p class=\"meta\">written by lmtrain report; self-contained (no scripts, no network).</p>\n</body></html>\n";
+  // Bengali on the page: the font comes with it (a machine without one drew empty boxes).
+  if (has_bengali(h)) h.insert(h.find("<style>") + 7, bengali_font_face());
   LM_RETURN_IF_ERROR(write_file_atomic(r.html, h));
   return r;
 }

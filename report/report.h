@@ -1,5 +1,6 @@
 // `lmtrain report`: one self-contained report.html per run (inline SVG, inline CSS, no network;
-// Bengali text through a local font stack) and PNG copies of the curves for READMEs.
+// Bengali text through the installed fonts, else the one it embeds: report/fonts.h) and PNG copies
+// of the curves for READMEs.
 #pragma once
 
 #include <string>

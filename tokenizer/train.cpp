@@ -266,7 +266,7 @@ absl::StatusOr<std::string> train_per_language(const TrainingSample& sample, con
       const std::string required = required_bengali(text);
       if (!required.empty()) kwargs["required_chars"] = required;
     }
-    log_info("training the '%s' model: %s sentences, %.1f%% of the vocabulary", lang,
+    log_detail("training the '%s' model: %s sentences, %.1f%% of the vocabulary", lang,
              format_count(static_cast<double>(text.size())), 100 * share);
     std::string model, error;
     if (!bridge::train(kwargs, text, &model, &error)) return train_failed(error, sample, o, lang);

@@ -1,8 +1,10 @@
 #include "train/run_setup.h"
 
+#include <chrono>
 #include <filesystem>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "core/config.h"
 #include "core/file.h"
@@ -146,13 +148,14 @@ absl::Status plan_the_resume(const FitOptions& o, const RunFolder& run, const Re
 
 // ---- 3. Device and ranks ------------------------------------------------------------------------
 
-// Auto device/dtype resolved and said in the first lines (TF32 set process-wide), this rank's GPU
-// (cuda:LOCAL_RANK) made current before any other CUDA call, then the process group when
-// launched as several ranks (NCCL for cuda when LibTorch has it, Gloo for cpu).
-absl::StatusOr<std::unique_ptr<Comm>> set_up_device(const FitOptions& o, const DistEnv& env, TrainConfig& tc) {
-  const std::string hardware = resolve_hardware(tc, torch::cuda::is_available());
+// Auto device/dtype resolved (TF32 set process-wide; how they were chosen goes to `hardware`, said
+// with the threads once the trainer chose them), this rank's GPU (cuda:LOCAL_RANK) made current
+// before any other CUDA call, then the process group when launched as several ranks (NCCL for cuda
+// when LibTorch has it, Gloo for cpu).
+absl::StatusOr<std::unique_ptr<Comm>> set_up_device(const FitOptions& o, const DistEnv& env, TrainConfig& tc,
+                                                    std::string& hardware) {
+  hardware = resolve_hardware(tc, torch::cuda::is_available());
   if (tc.hardware.device == "cuda") set_tf32(tc.hardware.tf32);
-  if (env.rank == 0) log_info("%s", hardware);
   LM_ASSIGN_OR_RETURN(const torch::Device dev,
                       rank_device(env, tc.hardware.device == "cuda" ? torch::kCUDA : torch::kCPU));
   std::unique_ptr<Comm> comm;
@@ -210,12 +213,20 @@ absl::Status check_resume_data(const FitOptions& o, const ResumeBase& base, FitR
 
 // ---- 5. Data and the folder ---------------------------------------------------------------------
 
-// How often the run repeats each language and source: the passes line of 'lmtrain prepare
-// --plan-tokens', for this run's steps x tokens per step (issue #21).
+// How often the run repeats each language and source: one line per language by default, the
+// table of 'lmtrain prepare --plan-tokens' with every source under -v, for this run's steps x
+// tokens per step (issue #21); the warning above ~4 passes always.
 void log_passes(const data::BatchSampler& sampler, const TrainConfig& tc, int world) {
   const double tokens = static_cast<double>(tokens_per_step(tc, world)) * static_cast<double>(tc.steps);
   const auto passes = data::compute_passes(data::mixture_parts(sampler), tokens);
-  log_info("%s", data::format_passes(passes, tokens, "fit: steps x tokens per step"));
+  if (detail_enabled()) {
+    log_detail("%s", data::format_passes(passes, tokens, "fit: steps x tokens per step"));
+  } else {
+    std::vector<std::string> langs;
+    for (const auto& r : passes)
+      if (r.source.empty()) langs.push_back(absl::StrFormat("%s %.2fx", r.lang, r.passes));
+    log_info("passes over the data for %s tokens: %s (-v: per source)", format_count(tokens), absl::StrJoin(langs, ", "));
+  }
   data::warn_passes(passes, tokens, "fit");
 }
 
@@ -297,14 +308,21 @@ absl::StatusOr<std::unique_ptr<RunSetup>> set_up_run(const FitOptions& o) {
     LM_ASSIGN_OR_RETURN(base, read_resume_base(run));
   }
   LM_ASSIGN_OR_RETURN(RunFile rf, requested_config(o, base ? &*base : nullptr));
-  LM_ASSIGN_OR_RETURN(s->comm, set_up_device(o, env, rf.train));
+  std::string hardware;
+  LM_ASSIGN_OR_RETURN(s->comm, set_up_device(o, env, rf.train, hardware));
 
   const std::string data_dir = o.data.empty() && base ? base->data.value("shards", "") : o.data;
+  auto t_open = std::chrono::steady_clock::now();
+  auto seconds_since = [](std::chrono::steady_clock::time_point t) {
+    return std::chrono::duration<double>(std::chrono::steady_clock::now() - t).count();
+  };
   LM_ASSIGN_OR_RETURN(data::ShardSet set, data::ShardSet::open(data_dir));
   LM_ASSIGN_OR_RETURN(const std::string tok_dir, tokenizer_dir(o, run, s->resuming, set));
   LM_ASSIGN_OR_RETURN(s->tok, tokenizer::Tokenizer::load(tok_dir));
   LM_RETURN_IF_ERROR(set.check_tokenizer(s->tok));  // hash, vocabulary and framing
   fill_request(o, env, rf, *s);
+  s->req.hardware = hardware;
+  s->req.startup.add("data open", seconds_since(t_open));  // shards, tokenizer and their checks
   s->req.data_info = {{"shards", fs::absolute(data_dir).string()},
                       {"tokenizer", fs::absolute(tok_dir).string()},
                       {"shards_id", shards_id(set)}};
@@ -317,7 +335,9 @@ absl::StatusOr<std::unique_ptr<RunSetup>> set_up_run(const FitOptions& o) {
   LM_RETURN_IF_ERROR(resolve(s->req.train, s->req.model, s->req.world_size));
   if (const std::string w = no_checkpoint_warning(s->req.train, s->done_step); !w.empty() && env.rank == 0)
     log_warn("%s", w);
+  t_open = std::chrono::steady_clock::now();
   LM_RETURN_IF_ERROR(load_data(set, *s));
+  s->req.startup.add("data open", seconds_since(t_open));  // the sampler and validation windows
   if (!s->resuming && env.rank == 0) {
     std::error_code ec;
     fs::create_directories(o.out, ec);

@@ -179,7 +179,9 @@ Trainer::Trainer(const FitRequest& req, BatchSource& source, const ValSets& val)
 absl::StatusOr<std::unique_ptr<Trainer>> Trainer::create(const FitRequest& req_in, BatchSource& source,
                                                          const ValSets& val) {
   FitRequest req = req_in;
-  resolve_hardware(req.train, torch::cuda::is_available());  // "auto" device/dtype (fit did it already)
+  // "auto" device/dtype (fit did it already, and said how in req.hardware)
+  const std::string hardware = resolve_hardware(req.train, torch::cuda::is_available());
+  if (req.hardware.empty()) req.hardware = hardware;
   LM_RETURN_IF_ERROR(model::validate(req.model));
   LM_RETURN_IF_ERROR(resolve(req.train, req.model, req.world_size));
   LM_RETURN_IF_ERROR(RunFolder(req.run_dir).open(req.resume, req.force));
@@ -293,13 +295,14 @@ void Trainer::choose_cuda_graphs() {
 // (up to 128 tokens) at 1 thread and at all cores and keeps the faster (runtime/threads.h). On CUDA
 // the CPU threads only feed the device: all cores, no probe.
 void Trainer::choose_threads() {
+  PhaseTimer timer(req_.startup, "thread probe");
   const int64_t t = std::min<int64_t>(tc_.batch.seq_len, 128);
   auto forward = model::forward_probe(model_, 1, t);
   const ThreadChoice c = set_threads_for(tc_.hardware.threads, !device_.is_cuda(), [&] {
     AutocastGuard ac(device_, bf16_);
     return forward();
   }, absl::StrFormat("forward 1 x %d tokens", t));
-  if (main_rank_) log_info("%s", c.line);
+  threads_line_ = c.line;  // said with the device in announce()
 }
 
 // train.hardware.fast_paths_off: each named fast path on its reference from the start (an
@@ -326,23 +329,36 @@ absl::Status Trainer::keep_fast_paths_off() {
 // (each start, resumes too: the machine may be another), then refuse to train a model that
 // cannot learn.
 absl::Status Trainer::startup_checks() {
-  if (!tc_.debug.verify_at_start) return absl::OkStatus();
+  checks_.enabled = tc_.debug.verify_at_start;
+  if (!checks_.enabled) return absl::OkStatus();
   verify_fast_paths();
   if (step_ != 0) return absl::OkStatus();
+  PhaseTimer timer(req_.startup, "gradient flow");
   auto grad = model::check_gradient_flow(model_, 1, std::min<int64_t>(tc_.batch.seq_len, 64), tc_.seed + 1);
   if (!grad.ok()) return absl::InternalError("start-up verification failed, not training:\n" + grad.summary());
-  log_info("%s", grad.summary());
+  if (main_rank_) log_detail("%s", grad.summary());
+  checks_.gradient_flow = true;
+  checks_.parameters = grad.checked;
   return absl::OkStatus();
 }
 
 // A fast path that disagrees with its reference on this device is switched to the reference
 // and said loudly: a warning now, the summary, and "fast_path_fallback" in every metrics line.
+// Each check's line is a detail (-v) while it passes; a failing one, and the fallback, are warnings.
 void Trainer::verify_fast_paths() {
+  PhaseTimer timer(req_.startup, "fast paths");
   const auto report = model::verify_fast_paths(model_, device_, bf16_ ? torch::kBFloat16 : torch::kFloat32, tc_.seed + 2);
-  for (const auto& line : absl::StrSplit(report.summary(), '\n')) {
-    if (report.ok()) log_info("%s", std::string(line));
-    else log_warn("%s", std::string(line));
+  if (main_rank_) {
+    for (const auto& c : report.checks) {
+      if (c.ok()) log_detail("%s", c.summary());
+      else log_warn("%s", c.summary());
+    }
+    if (!report.ok())
+      log_warn("fast paths FAILED on this device, training with their reference instead (slower, correct): %s",
+               absl::StrJoin(report.fell_back, ", "));
   }
+  checks_.fast_paths = static_cast<int>(report.checks.size());
+  checks_.fell_back = report.fell_back;
   sum_.fast_path_fallback = report.fell_back;
   for (const auto& c : report.checks)
     if (std::find(report.fell_back.begin(), report.fell_back.end(), c.name) == report.fell_back.end())
@@ -363,9 +379,13 @@ void Trainer::start_grad_sync() {
                              : std::string());
 }
 
-// The device peak (for MFU) and the banner: versions, model, batch, budget.
+// The device peak (for MFU) and the banner: device and threads, model, batch, budget, the MFU
+// ceiling and the start-up checks in a line each; versions and each phase's time under -v.
 void Trainer::announce() {
-  peak_ = device_peak(device_, bf16_ ? torch::kBFloat16 : torch::kFloat32, tc_.logging.peak_flops);
+  {
+    PhaseTimer timer(req_.startup, "peak measurement");
+    peak_ = device_peak(device_, bf16_ ? torch::kBFloat16 : torch::kFloat32, tc_.logging.peak_flops);
+  }
   flops_per_token_ = model::train_flops_per_token(req_.model, tc_.batch.seq_len);
   step_tokens_ = tokens_per_step(tc_, req_.world_size);
   sum_.start_step = step_;
@@ -375,13 +395,19 @@ void Trainer::announce() {
   sum_.measured_peak_flops = peak_.measured;
   sum_.peak_warning = peak_.warning;
   if (!main_rank_) return;
-  for (const auto& line : absl::StrSplit(version_report("lmtrain fit"), '\n')) log_info("%s", std::string(line));
-  log_info("device %s, %s, TF32 matmuls %s", device_.str(), bf16_ ? "bf16 autocast (fp32 master weights)" : "fp32",
-           device_.is_cuda() ? (tf32_enabled() ? "on" : "off") : "n/a on cpu");
+  if (detail_enabled())
+    for (const auto& line : absl::StrSplit(version_report("lmtrain fit"), '\n')) log_detail("%s", std::string(line));
+  log_info("%s; %s", req_.hardware, threads_line_);
+  log_detail("device %s, %s, TF32 matmuls %s", device_.str(), bf16_ ? "bf16 autocast (fp32 master weights)" : "fp32",
+             device_.is_cuda() ? (tf32_enabled() ? "on" : "off") : "n/a on cpu");
   log_info("model %s: %s params, %.3g FLOPs/token; batch %d x %d x accum %d = %s tokens/step; %d steps",
            req_.model.preset, format_count(static_cast<double>(model::param_count(req_.model))), flops_per_token_,
            tc_.batch.micro_batch, tc_.batch.seq_len, tc_.batch.grad_accum, format_count(static_cast<double>(step_tokens_)), tc_.steps);
   announce_peaks();
+  const std::string checks = checks_line(checks_, req_.startup.wall_s());
+  if (checks_.fell_back.empty()) log_info("%s", checks);
+  else log_warn("%s", checks);
+  log_detail("%s", req_.startup.phases_line());
 }
 
 // The two peaks, by the names of the MFUs that divide by them (train/device.h, docs/gpu.md "What

@@ -22,6 +22,7 @@
 #include "train/optim.h"
 #include "train/step_graph.h"
 #include "train/samples.h"
+#include "train/startup_log.h"
 
 namespace lm::train {
 
@@ -55,6 +56,8 @@ struct FitRequest {
   std::string init_from;  // HF folder from 'lmtrain export': start from its weights (not with resume)
   bool new_data = false;  // resume on other shards (continued pretraining): the data cursor is not restored
   TextCodec codec;        // the run's tokenizer, for text samples at validation (train/samples.h); unset: none
+  std::string hardware;   // how device and dtype were chosen (resolve_hardware), said at start-up; "": the trainer's
+  StartupLog startup;     // phases timed before the trainer (set_up_run: "data open"); the trainer adds its own
 };
 
 struct FitSummary {
@@ -213,6 +216,8 @@ class Trainer {
   int64_t steps_this_start_ = 0;
   FaultInjector faults_;
   DevicePeak peak_;
+  std::string threads_line_;  // choose_threads: the count and why, said in the device line
+  StartupChecks checks_;      // what startup_checks found, said in one line (train/startup_log.h)
   double flops_per_token_ = 0;
   int64_t step_tokens_ = 0;
   std::ofstream metrics_;

@@ -11,6 +11,7 @@
 
 #include <zlib.h>
 
+#include "absl/strings/escaping.h"
 #include "absl/strings/str_format.h"
 
 #include "core/config.h"
@@ -24,6 +25,7 @@
 #include "model/hf_export.h"
 #include "model/hf_tokenizer.h"
 #include "train/optim.h"
+#include "report/fonts.h"
 #include "report/plot.h"
 #include "report/report.h"
 #include "report/tables.h"
@@ -846,6 +848,47 @@ TEST_F(ExportTest, PngMarkersAreTheSameSizeAlongASeries) {
   int most = 0;
   for (auto& [height, n] : runs_of_height) most = std::max(most, n);
   EXPECT_EQ(most, 5) << "marker heights (px): " << seen;
+}
+
+// A report that shows Bengali text (here the samples) embeds a Bengali font: a machine without
+// one drew empty boxes (issue 30 item 16). One without Bengali does not carry the font's ~175 KB.
+TEST_F(ExportTest, ReportEmbedsABengaliFontOnlyWhenItShowsBengali) {
+  EXPECT_TRUE(report::has_bengali("loss \xe0\xa6\xac\xe0\xa6\xbe"));  // "বা"
+  EXPECT_FALSE(report::has_bengali("caf\xc3\xa9 \xe0\xa4\xb9"));       // é, Devanagari ह
+  const std::string_view ttf = report::bengali_font_ttf();
+  ASSERT_GT(ttf.size(), 100000u);
+  EXPECT_LT(ttf.size(), 300000u);
+  EXPECT_EQ(ttf.substr(0, 4), std::string_view("\0\1\0\0", 4)) << "a TrueType file";
+  for (const bool bengali : {false, true}) {
+    const auto dir = temp_dir(bengali ? "report_font_bn" : "report_font_latin");
+    ValSets val;
+    FitRequest r = report_run(dir, &val);
+    r.train.steps = 4;
+    if (bengali)
+      r.codec.decode = [](const std::vector<int32_t>& ids) {
+        std::string s;
+        for (size_t i = 0; i < ids.size(); ++i) s += "\xe0\xa6\xac\xe0\xa6\xbe ";  // "বা "
+        return s;
+      };
+    testing::SyntheticSource src(2, 17, 512);
+    LM_ASSERT_OK(fit(r, src, val).status());
+    auto rep = report::write_report(r.run_dir);
+    LM_ASSERT_OK(rep.status());
+    const std::string html = *read_file(rep->html);
+    ASSERT_EQ(report::has_bengali(html), bengali) << "the samples decide";
+    const size_t face = html.find("@font-face{font-family:'lmforge Lohit Bengali'");
+    if (!bengali) {
+      EXPECT_EQ(face, std::string::npos);
+      EXPECT_LT(html.size(), 100000u);
+      continue;
+    }
+    ASSERT_NE(face, std::string::npos);
+    EXPECT_LT(face, html.find("</style>"));
+    EXPECT_NE(html.find(absl::Base64Escape(absl::string_view(ttf.data(), ttf.size())), face), std::string::npos) << "the whole font, inline";
+    EXPECT_NE(html.find("SIL Open Font License 1.1"), std::string::npos) << "the OFL travels with each copy";
+    EXPECT_NE(html.find("'Lohit Bengali','lmforge Lohit Bengali','Noto Sans'"), std::string::npos)
+        << "installed Bengali fonts first, the embedded one after them";
+  }
 }
 
 // A resume that extends the budget rewrites config.json: the report shows the run as it now is,

@@ -30,9 +30,17 @@ class Threads : public BadInput {
 
 // The line names the count kept and, where there was a choice, both timings. (mc loads its model
 // the way nll does: eval/evaluate.cpp load_models.)
+// fit says it on its device line ("device cpu (...), dtype ..., TF32 ...; threads: ..."), the
+// evaluation commands on a line of its own.
+size_t find_threads(const std::string& err) {
+  for (const char* at : {"] threads: ", "; threads: "})
+    if (auto p = err.find(at); p != std::string::npos) return p;
+  return std::string::npos;
+}
+
 void expect_choice_said(const Result& r) {
   ASSERT_EQ(r.rc, 0) << r.err;
-  const auto at = r.err.find("] threads: ");
+  const auto at = find_threads(r.err);
   ASSERT_NE(at, std::string::npos) << "no thread line in: " << r.err;
   const std::string line = r.err.substr(at, r.err.find('\n', at) - at);
   if (usable_cores() >= 2) {

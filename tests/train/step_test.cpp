@@ -201,9 +201,18 @@ TEST_F(StepRun, ABrokenFastPathFallsBackAtStartUpAndSaysSoInEveryLine) {
   model::set_debug_break_fast_path("attention.sdpa");
   auto r = request("fallback", 5);
   r.train.debug.verify_at_start = true;
+  init_output(/*quiet=*/false);  // the default log, no -v: a failing check is said in full there
+  ::testing::internal::CaptureStderr();
   auto s = run(r);
+  const std::string log = ::testing::internal::GetCapturedStderr();
+  init_output(/*quiet=*/true);
   model::set_debug_break_fast_path("");
   ASSERT_TRUE(s.ok()) << s.status();
+  EXPECT_NE(log.find("warn] fast path attention.sdpa: MISMATCH"), std::string::npos) << log;
+  EXPECT_NE(log.find("warn] start-up checks: 1 of "), std::string::npos) << log;
+  EXPECT_NE(log.find("fast paths FAILED and train on their reference (slower, correct): attention.sdpa"),
+            std::string::npos) << log;
+  EXPECT_EQ(log.find("] fast path loss.chunked: ok"), std::string::npos) << "a passing check is a -v line: " << log;
   EXPECT_EQ(s->fast_path_fallback, std::vector<std::string>{"attention.sdpa"});
   EXPECT_NE(s->summary().find("WARNING: trained with the reference"), std::string::npos) << s->summary();
   auto rows = read_metrics(r.run_dir + "/metrics.jsonl");
