@@ -3,6 +3,8 @@
 #include "model/kernels/cpu_kernels.h"
 #include "model/kernels/fused_kernels.h"
 
+#include <cmath>
+
 #ifdef LM_HAVE_CUDA_KERNELS
 #include <c10/cuda/CUDAGuard.h>
 #include <ATen/cuda/CUDAContext.h>
@@ -245,6 +247,69 @@ struct RmsNormFn : torch::autograd::Function<RmsNormFn> {
 
 }  // namespace
 
+// Causal attention on the CPU (issue 32): the forward is ATen's flash kernel (it also returns the
+// rows' log-sum-exp), the backward ours, one head at a time on ATen's intra-op threads: the
+// head's probabilities P = exp(q kᵀ scale - lse) recomputed into a [T, T] fp32 buffer that stays
+// in cache, dV = Pᵀ dO, dP = dO vᵀ, dS = P (dP - rowsum(dO o)) scale, dQ = dS k, dK = dSᵀ q.
+// The scores and dP are fp32 matmuls (bf16 inputs widened first); under bf16 the three
+// matmuls into the gradients take P and dS rounded to bf16, as ATen's flash backward does.
+// ATen's flash backward spends 2.8-7.5x its forward at the small presets' head size (32)
+// (docs/performance.md, "Attention's backward on the CPU").
+struct CpuAttentionFn : torch::autograd::Function<CpuAttentionFn> {
+  static torch::Tensor forward(AutogradContext* ctx, const torch::Tensor& q, const torch::Tensor& k,
+                               const torch::Tensor& v) {
+    const double scale = 1.0 / std::sqrt(static_cast<double>(q.size(-1)));
+    auto [o, lse] = at::_scaled_dot_product_flash_attention_for_cpu(q, k, v, 0.0, /*is_causal=*/true, {}, scale);
+    ctx->save_for_backward({q, k, v, o, lse});
+    return o;
+  }
+
+  static tensor_list backward(AutogradContext* ctx, tensor_list grads) {
+    // Detached: the matmuls below write into buffers (out= variants), and the worker threads
+    // run with grad mode on whatever the caller's is.
+    auto saved = ctx->get_saved_variables();
+    for (auto& t : saved) t = t.detach();
+    const auto &q = saved[0], &k = saved[1], &v = saved[2], &o = saved[3];
+    const auto lse = saved[4].contiguous();  // [B, H, T] fp32
+    auto g = grads[0].detach();
+    if (g.stride(-1) != 1) g = g.contiguous();
+    const int64_t B = q.size(0), H = q.size(1), T = q.size(2), D = q.size(3);
+    const float scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(D)));
+    const bool low = q.scalar_type() == torch::kBFloat16;
+    const auto dt = kernel_dtype(q);
+    // Gradients laid out as the projections give q, k, v ([B, T, H, D] storage).
+    auto grad_of = [&](const torch::Tensor& x) { return at::empty({B, T, H, D}, x.options()).transpose(1, 2); };
+    auto dq = grad_of(q), dk = grad_of(k), dv = grad_of(v);
+    const auto f32 = q.options().dtype(torch::kFloat32);
+    kernels::cpu::parallel_ranges(B * H, 1, [&](int64_t lo, int64_t hi) {
+      auto S = at::empty({T, T}, f32), dP = at::empty({T, T}, f32), di = at::empty({T}, f32);
+      auto L = low ? at::empty({T, T}, q.options()) : torch::Tensor();  // P, then dS, in bf16
+      for (int64_t u = lo; u < hi; ++u) {
+        const int64_t b = u / H, h = u % H;
+        auto qh = q[b][h], kh = k[b][h], vh = v[b][h], oh = o[b][h], gh = g[b][h];
+        auto wide = [&](const torch::Tensor& x) { return low ? x.to(torch::kFloat32) : x; };
+        const auto qf = wide(qh), kf = wide(kh);
+        at::mm_out(S, qf, kf.t());
+        kernels::cpu::attention_probs(S.data_ptr<float>(), lse[b][h].data_ptr<float>(), low ? L.data_ptr() : nullptr, T,
+                                      T, 0, scale, dt);
+        const auto& P = low ? L : S;
+        auto dvh = dv[b][h];
+        at::mm_out(dvh, P.t(), gh);
+        at::mm_out(dP, wide(gh), wide(vh).t());
+        kernels::cpu::attention_rowdot(gh.data_ptr(), oh.data_ptr(), di.data_ptr<float>(), T, D, gh.stride(0),
+                                       oh.stride(0), dt);
+        kernels::cpu::attention_dscores(S.data_ptr<float>(), dP.data_ptr<float>(), di.data_ptr<float>(),
+                                        low ? L.data_ptr() : nullptr, T, T, scale, dt);
+        const auto& dS = low ? L : dP;
+        auto dqh = dq[b][h], dkh = dk[b][h];
+        at::mm_out(dqh, dS, kh);
+        at::mm_out(dkh, dS.t(), qh);
+      }
+    });
+    return {dq, dk, dv};
+  }
+};
+
 bool cuda_kernels_compiled() {
 #ifdef LM_HAVE_CUDA_KERNELS
   return true;
@@ -258,6 +323,18 @@ bool cpu_kernels_take(const torch::Tensor& t) {
 }
 
 torch::Tensor fused_swiglu(const torch::Tensor& gate, const torch::Tensor& up) { return SwigluFn::apply(gate, up); }
+
+bool cpu_causal_attention_takes(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v) {
+  return cpu_kernels_take(q) && q.dim() == 4 && k.sizes() == q.sizes() && v.sizes() == q.sizes() &&
+         k.scalar_type() == q.scalar_type() && v.scalar_type() == q.scalar_type() && q.stride(-1) == 1 &&
+         k.stride(-1) == 1 && v.stride(-1) == 1;
+}
+
+torch::Tensor cpu_causal_attention(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v) {
+  TORCH_CHECK(cpu_causal_attention_takes(q, k, v), "cpu_causal_attention: q, k, v must be fp32 or bf16 CPU tensors of one ",
+              "shape [B, H, T, D] (no grouped-query) with unit inner stride; got ", q.sizes(), " ", k.sizes());
+  return CpuAttentionFn::apply(q, k, v);
+}
 
 std::pair<torch::Tensor, torch::Tensor> fused_rope(const torch::Tensor& q, const torch::Tensor& k,
                                                    const torch::Tensor& cos, const torch::Tensor& sin) {
