@@ -102,7 +102,7 @@ class AttentionImpl : public torch::nn::Module {
   bool use_fused = true;
   bool use_cuda_rope = false;  // lmforge's rotary kernel for q and k (model/fused_ops.h), CUDA only
   bool use_cpu_rope = true;    // the same on fp32/bf16 CPU tensors
-  bool use_cpu_attention = true;  // cpu_causal_attention (model/fused_ops.h) on fp32/bf16 CPU tensors, no GQA
+  bool use_cpu_attention = true;  // cpu_causal_attention (model/fused_ops.h) on bf16 CPU tensors, no GQA
   bool debug_break_causality = false;  // for the causality test only: drops the mask
 
  private:
