@@ -105,6 +105,17 @@ std::vector<Case> cases(const model::ModelConfig& cfg, int64_t B, int64_t T, tor
                    auto y = s.is_cuda() ? model::fused_rms_norm(s, x[2], eps) : model::reference_rms_norm(s, x[2], eps);
                    return {s, y.to(dt)};
                  }});
+  if (d.is_cpu() && Hkv == H) {
+    // Causal attention: ATen's flash forward with lmforge's backward against SDPA (ATen's flash
+    // forward and backward), q, k, v as the model gives them ([B, H, T, D] views of [B, T, H, D]).
+    // Bytes: q, k, v, o, dO read and dq, dk, dv written once (the [T, T] blocks stay in cache).
+    auto heads = [&] { return torch::randn({B, T, H, D}, opt).transpose(1, 2); };
+    out.push_back({"attention.cpu", {B, H, T, D}, 8.0 * es * B * H * T * D, {heads(), heads(), heads()},
+                   {torch::randn({B, T, H, D}, opt).transpose(1, 2)}, [](bool fast, const Tensors& x) -> Tensors {
+                     if (fast) return {model::cpu_causal_attention(x[0], x[1], x[2])};
+                     return {model::fused_attention(x[0], x[1], x[2])};
+                   }});
+  }
   if (d.is_cpu()) {
     // The chunked loss with the CPU row kernel against the same chunked loss on ATen's ops (both
     // include the LM head's matmuls): forward reads the logits once and writes the gradient.

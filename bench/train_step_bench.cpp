@@ -285,7 +285,7 @@ int main(int argc, char** argv) {
                  "train mode, tests: plant a 5% error in this fast path (the start-up check must catch it)");
   app.add_option("--fast-paths-off", paths_off,
                  "train and forward modes: these fast paths on their reference (train.hardware.fast_paths_off), "
-                 "e.g. rms_norm.cpu,add_rms_norm.cpu,swiglu.cpu,rope.cpu,cross_entropy.cpu for the CPU kernels' A/B")
+                 "e.g. rms_norm.cpu,add_rms_norm.cpu,swiglu.cpu,rope.cpu,attention.cpu,cross_entropy.cpu for the CPU kernels' A/B")
       ->delimiter(',');
   std::string profile;
   app.add_option("--profile", profile,

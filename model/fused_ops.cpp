@@ -3,6 +3,8 @@
 #include "model/kernels/cpu_kernels.h"
 #include "model/kernels/fused_kernels.h"
 
+#include <cmath>
+
 #ifdef LM_HAVE_CUDA_KERNELS
 #include <c10/cuda/CUDAGuard.h>
 #include <ATen/cuda/CUDAContext.h>
@@ -245,6 +247,103 @@ struct RmsNormFn : torch::autograd::Function<RmsNormFn> {
 
 }  // namespace
 
+// Causal attention on the CPU (issue 32): the forward is ATen's flash kernel (it also returns the
+// rows' log-sum-exp), the backward ours, one head at a time on ATen's intra-op threads: the
+// head's probabilities P = exp(q kᵀ scale - lse) recomputed into a [T, T] fp32 buffer that stays
+// in cache, dV = Pᵀ dO, dP = dO vᵀ, dS = P (dP - rowsum(dO o)) scale, dQ = dS k, dK = dSᵀ q.
+// The scores and dP are fp32 matmuls (bf16 inputs widened first); under bf16 the three
+// matmuls into the gradients take P and dS rounded to bf16, as ATen's flash backward does.
+// ATen's flash backward spends 2.8-7.5x its forward at the small presets' head size (32)
+// (docs/performance.md, "Attention's backward on the CPU"); in fp32 it is as fast as this one, so
+// the model routes bf16 only (AttentionImpl::forward).
+struct CpuAttentionFn : torch::autograd::Function<CpuAttentionFn> {
+  static torch::Tensor forward(AutogradContext* ctx, const torch::Tensor& q, const torch::Tensor& k,
+                               const torch::Tensor& v) {
+    const double scale = 1.0 / std::sqrt(static_cast<double>(q.size(-1)));
+    auto [o, lse] = at::_scaled_dot_product_flash_attention_for_cpu(q, k, v, 0.0, /*is_causal=*/true, {}, scale);
+    ctx->save_for_backward({q, k, v, o, lse});
+    return o;
+  }
+
+  static tensor_list backward(AutogradContext* ctx, tensor_list grads) {
+    // Detached: the matmuls below write into buffers (out= variants), and the worker threads
+    // run with grad mode on whatever the caller's is.
+    auto saved = ctx->get_saved_variables();
+    for (auto& t : saved) t = t.detach();
+    const auto &q = saved[0], &k = saved[1], &v = saved[2], &o = saved[3];
+    const auto lse = saved[4].contiguous();  // [B, H, T] fp32
+    auto g = grads[0].detach();
+    if (g.stride(-1) != 1) g = g.contiguous();
+    const int64_t B = q.size(0), H = q.size(1), T = q.size(2), D = q.size(3);
+    const float scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(D)));
+    const bool low = q.scalar_type() == torch::kBFloat16;
+    const auto dt = kernel_dtype(q);
+    // Gradients laid out as the projections give q, k, v ([B, T, H, D] storage).
+    auto grad_of = [&](const torch::Tensor& x) { return at::empty({B, T, H, D}, x.options()).transpose(1, 2); };
+    auto dq = grad_of(q), dk = grad_of(k), dv = grad_of(v);
+    const auto f32 = q.options().dtype(torch::kFloat32);
+    // Causal blocks of 256 rows: row block r (rows r0..r1-1) sees keys 0..r1-1 only, so the
+    // scores, dP and dQ of a row block, and dK, dV of a key block (rows c0..T-1), skip the masked
+    // upper blocks; the diagonal blocks' masked entries are zeros. Smaller blocks were measured
+    // slower at T = 256 (bf16, 1 thread, small preset: attention forward + backward 44.8 ms with
+    // one block, 48.2 with 128 rows, 62.4 with 64, 84.6 with 32; SDPA 60.5): each matmul call
+    // costs more than the masked work it skips.
+    const int64_t rb = std::min<int64_t>(T, 256);
+    const int64_t nb = (T + rb - 1) / rb;
+    kernels::cpu::parallel_ranges(B * H, 1, [&](int64_t lo, int64_t hi) {
+      auto S = at::empty({T, T}, f32), dP = at::empty({T, T}, f32), di = at::empty({T}, f32);
+      auto L = low ? at::empty({T, T}, q.options()) : torch::Tensor();  // P, then dS, in bf16
+      float* s_ptr = S.data_ptr<float>();
+      float* dp_ptr = dP.data_ptr<float>();
+      auto block = [](const torch::Tensor& m, int64_t r0, int64_t r1, int64_t c0, int64_t c1) {
+        return m.narrow(0, r0, r1 - r0).narrow(1, c0, c1 - c0);
+      };
+      for (int64_t u = lo; u < hi; ++u) {
+        const int64_t b = u / H, h = u % H;
+        auto qh = q[b][h], kh = k[b][h], vh = v[b][h], oh = o[b][h], gh = g[b][h];
+        auto wide = [&](const torch::Tensor& x) { return low ? x.to(torch::kFloat32) : x; };
+        const auto qf = wide(qh), kf = wide(kh), vf = wide(vh), gf = wide(gh);
+        const float* lse_h = lse[b][h].data_ptr<float>();
+        kernels::cpu::attention_rowdot(gh.data_ptr(), oh.data_ptr(), di.data_ptr<float>(), T, D, gh.stride(0),
+                                       oh.stride(0), dt);
+        for (int64_t r = 0; r < nb; ++r) {  // P, dS of row block r against keys 0..r1-1
+          const int64_t r0 = r * rb, r1 = std::min(T, r0 + rb);
+          auto Sb = block(S, r0, r1, 0, r1), dPb = block(dP, r0, r1, 0, r1);
+          at::mm_out(Sb, qf.narrow(0, r0, r1 - r0), kf.narrow(0, 0, r1).t());
+          at::mm_out(dPb, gf.narrow(0, r0, r1 - r0), vf.narrow(0, 0, r1).t());
+          void* low_b = low ? static_cast<void*>(static_cast<at::BFloat16*>(L.data_ptr()) + r0 * T) : nullptr;
+          kernels::cpu::attention_probs(s_ptr + r0 * T, lse_h + r0, low_b, r1 - r0, r1, T, r0, scale, dt);
+        }
+        // dV[c] = P[c0.., c]ᵀ dO[c0..] (bf16: L holds P until dS overwrites it below).
+        const auto& P = low ? L : S;
+        for (int64_t c = 0; c < nb; ++c) {
+          const int64_t c0 = c * rb, c1 = std::min(T, c0 + rb);
+          auto dvb = dv[b][h].narrow(0, c0, c1 - c0);
+          at::mm_out(dvb, block(P, c0, T, c0, c1).t(), gh.narrow(0, c0, T - c0));
+        }
+        for (int64_t r = 0; r < nb; ++r) {  // dS, then dQ of row block r
+          const int64_t r0 = r * rb, r1 = std::min(T, r0 + rb);
+          void* low_b = low ? static_cast<void*>(static_cast<at::BFloat16*>(L.data_ptr()) + r0 * T) : nullptr;
+          kernels::cpu::attention_dscores(s_ptr + r0 * T, dp_ptr + r0 * T, di.data_ptr<float>() + r0, low_b, r1 - r0,
+                                          r1, T, scale, dt);
+        }
+        const auto& dS = low ? L : dP;
+        for (int64_t r = 0; r < nb; ++r) {
+          const int64_t r0 = r * rb, r1 = std::min(T, r0 + rb);
+          auto dqb = dq[b][h].narrow(0, r0, r1 - r0);
+          at::mm_out(dqb, block(dS, r0, r1, 0, r1), kh.narrow(0, 0, r1));
+        }
+        for (int64_t c = 0; c < nb; ++c) {  // dK[c] = dS[c0.., c]ᵀ q[c0..]
+          const int64_t c0 = c * rb, c1 = std::min(T, c0 + rb);
+          auto dkb = dk[b][h].narrow(0, c0, c1 - c0);
+          at::mm_out(dkb, block(dS, c0, T, c0, c1).t(), qh.narrow(0, c0, T - c0));
+        }
+      }
+    });
+    return {dq, dk, dv};
+  }
+};
+
 bool cuda_kernels_compiled() {
 #ifdef LM_HAVE_CUDA_KERNELS
   return true;
@@ -258,6 +357,18 @@ bool cpu_kernels_take(const torch::Tensor& t) {
 }
 
 torch::Tensor fused_swiglu(const torch::Tensor& gate, const torch::Tensor& up) { return SwigluFn::apply(gate, up); }
+
+bool cpu_causal_attention_takes(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v) {
+  return cpu_kernels_take(q) && q.dim() == 4 && k.sizes() == q.sizes() && v.sizes() == q.sizes() &&
+         k.scalar_type() == q.scalar_type() && v.scalar_type() == q.scalar_type() && q.stride(-1) == 1 &&
+         k.stride(-1) == 1 && v.stride(-1) == 1;
+}
+
+torch::Tensor cpu_causal_attention(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v) {
+  TORCH_CHECK(cpu_causal_attention_takes(q, k, v), "cpu_causal_attention: q, k, v must be fp32 or bf16 CPU tensors of one ",
+              "shape [B, H, T, D] (no grouped-query) with unit inner stride; got ", q.sizes(), " ", k.sizes());
+  return CpuAttentionFn::apply(q, k, v);
+}
 
 std::pair<torch::Tensor, torch::Tensor> fused_rope(const torch::Tensor& q, const torch::Tensor& k,
                                                    const torch::Tensor& cos, const torch::Tensor& sin) {

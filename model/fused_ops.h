@@ -43,6 +43,12 @@ std::pair<torch::Tensor, torch::Tensor> fused_add_rms_norm(const torch::Tensor& 
 // in `out_dtype` (fp32 or bf16), forward and backward in one pass each.
 torch::Tensor cpu_fused_rms_norm(const torch::Tensor& x, const torch::Tensor& weight, double eps, torch::ScalarType out_dtype);
 
+// Causal self-attention of CPU q, k, v [B, H, T, D] (fp32 or bf16, one shape: grouped-query k, v
+// stay on SDPA), scale 1/sqrt(D): ATen's flash forward, lmforge's backward (one head at a time,
+// the head's probabilities recomputed in cache). cpu_causal_attention_takes says which inputs.
+bool cpu_causal_attention_takes(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v);
+torch::Tensor cpu_causal_attention(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v);
+
 // The chunked loss's row work on the CPU, in place: returns the sum over the rows of
 // logits [n, V] (contiguous, fp32 or bf16) of -log softmax(row)[target], and with grad_scale
 // != 0 overwrites each row with grad_scale * (softmax(row) - onehot(target)) in its dtype. No

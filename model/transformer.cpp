@@ -311,7 +311,12 @@ torch::Tensor AttentionImpl::forward(const torch::Tensor& x, const torch::Tensor
   }
   auto v = v_proj(x).view({B, T, n_kv_heads_, head_dim_}).transpose(1, 2);
   torch::Tensor y;
-  if (use_fused && !debug_break_causality) {
+  // lmforge's CPU attention backward where it is faster than SDPA's: bf16 (docs/performance.md).
+  if (use_fused && !debug_break_causality && use_cpu_attention && q.scalar_type() == torch::kBFloat16 &&
+      cpu_causal_attention_takes(q, k, v)) {
+    y = cpu_causal_attention(q, k, v);
+    if (debug_break_fast_path("attention.cpu")) y = y * 1.05;
+  } else if (use_fused && !debug_break_causality) {
     y = fused_attention(q, k, v);  // grouped-query natively
   } else {
     if (n_kv_heads_ != n_heads_) {
@@ -501,7 +506,13 @@ void TransformerImpl::set_cpu_kernels(bool on) {
   set_cpu_add_norm(on);
   set_cpu_swiglu(on);
   set_cpu_rope(on);
+  set_cpu_attention(on);
   set_cpu_cross_entropy(on);
+}
+
+void TransformerImpl::set_cpu_attention(bool on) {
+  for (auto& layer : *model->layers) layer->as<BlockImpl>()->self_attn->use_cpu_attention = on;
+  cpu_attention_ = on;
 }
 
 void TransformerImpl::set_cpu_rms_norm(bool on) {

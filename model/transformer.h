@@ -102,6 +102,7 @@ class AttentionImpl : public torch::nn::Module {
   bool use_fused = true;
   bool use_cuda_rope = false;  // lmforge's rotary kernel for q and k (model/fused_ops.h), CUDA only
   bool use_cpu_rope = true;    // the same on fp32/bf16 CPU tensors
+  bool use_cpu_attention = true;  // cpu_causal_attention (model/fused_ops.h) on bf16 CPU tensors, no GQA
   bool debug_break_causality = false;  // for the causality test only: drops the mask
 
  private:
@@ -193,11 +194,15 @@ class TransformerImpl : public torch::nn::Module {
   void set_cpu_add_norm(bool on) { cpu_add_norm_ = on; }
   void set_cpu_swiglu(bool on);
   void set_cpu_rope(bool on);
+  void set_cpu_attention(bool on);
   void set_cpu_cross_entropy(bool on) { cpu_xent_ = on; }
   bool cpu_rms_norm() const { return model->norm->use_cpu_kernel; }
   bool cpu_add_norm() const { return cpu_add_norm_; }
   bool cpu_swiglu() const { return cpu_swiglu_; }
   bool cpu_rope() const { return cpu_rope_; }
+  // Where the attention path is fused (SDPA) and the heads are not grouped (n_kv_heads ==
+  // n_heads): the CPU backward of cpu_causal_attention.
+  bool cpu_attention() const { return cpu_attention_ && cfg_.n_kv_heads == cfg_.n_heads; }
   bool cpu_cross_entropy() const { return cpu_xent_; }
   void set_debug_break_causality(bool on);
 
@@ -210,7 +215,7 @@ class TransformerImpl : public torch::nn::Module {
   ModelConfig cfg_;
   bool chunked_loss_ = true;
   bool cuda_swiglu_ = false, cuda_rope_ = false, cuda_add_norm_ = false;
-  bool cpu_swiglu_ = true, cpu_rope_ = true, cpu_add_norm_ = true, cpu_xent_ = true;
+  bool cpu_swiglu_ = true, cpu_rope_ = true, cpu_add_norm_ = true, cpu_xent_ = true, cpu_attention_ = true;
   // hidden() with each residual add fused into the RMSNorm after it.
   torch::Tensor hidden_add_norm(torch::Tensor x, const torch::Tensor& cos, const torch::Tensor& sin);
 };

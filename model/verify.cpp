@@ -174,6 +174,25 @@ FastPathCheck check_attention(Transformer& m, torch::Device device, torch::Scala
                  });
 }
 
+// lmforge's CPU attention (ATen's flash forward, our backward) against matmul-softmax-matmul.
+FastPathCheck check_cpu_attention(Transformer& m, torch::Device device, torch::ScalarType dt, uint64_t seed) {
+  const auto& cfg = m->config();
+  const int64_t H = cfg.n_heads, D = cfg.head_dim();
+  const int64_t T = std::min<int64_t>(cfg.max_seq_len, kCheckSeq);
+  auto gen = at::detail::createCPUGenerator(seed);
+  // q, k, v as the model gives them: [B, H, T, D] views of [B, T, H, D] storage.
+  auto qkv = [&] { return rand_input({2, T, H, D}, gen, device, dt).transpose(1, 2); };
+  std::vector<torch::Tensor> in = {qkv(), qkv(), qkv()};
+  for (auto& x : in) x.set_requires_grad(true);
+  auto up = rand_input({2, H, T, D}, gen, device, dt);
+  return compare("attention.cpu", "lmforge's CPU attention backward (ATen's flash forward) vs matmul-softmax-matmul", dt,
+                 in, up, [&](bool fast, const std::vector<torch::Tensor>& x) {
+                   if (!fast) return reference_attention(x[0], x[1], x[2], true);
+                   auto y = cpu_causal_attention(x[0], x[1], x[2]);
+                   return debug_break_fast_path("attention.cpu") ? y * 1.05 : y;
+                 });
+}
+
 // RMSNorm's fast path (ATen's rms_norm, "rms_norm.aten", or lmforge's CPU kernel, "rms_norm.cpu")
 // against the fp32 reference.
 FastPathCheck check_rms_norm_path(const std::string& name, Transformer& m, torch::Device device, torch::ScalarType dt,
@@ -330,6 +349,9 @@ const std::vector<FastPath>& fast_paths() {
        named("swiglu.cpu", check_own_swiglu), [](Transformer& m) { m->set_cpu_swiglu(false); }},
       {"rope.cpu", [](Transformer& m, torch::Device d) { return d.is_cpu() && m->cpu_rope(); },
        named("rope.cpu", check_own_rope), [](Transformer& m) { m->set_cpu_rope(false); }},
+      {"attention.cpu",
+       [](Transformer& m, torch::Device d) { return d.is_cpu() && m->fused_attention() && m->cpu_attention(); },
+       check_cpu_attention, [](Transformer& m) { m->set_cpu_attention(false); }},
       {"cross_entropy.cpu",
        [](Transformer& m, torch::Device d) { return d.is_cpu() && m->chunked_loss() && m->cpu_cross_entropy(); },
        check_cpu_cross_entropy, [](Transformer& m) { m->set_cpu_cross_entropy(false); }},

@@ -266,11 +266,80 @@ LM_CLONES void xent_range(void* logits, const int64_t* targets, int64_t V, float
     xent_rows(static_cast<float*>(logits), targets, V, grad_scale, e, loss, lo, hi);
 }
 
+// ---- One attention head's backward: probabilities, row dots, score gradients ----
+template <class T>
+LM_INLINE void attn_probs_rows(float* S, const float* lse, T* low, int64_t rows, int64_t cols, int64_t ld,
+                               int64_t row0, float scale) {
+  for (int64_t i = 0; i < rows; ++i) {
+    float* s = S + i * ld;
+    const int64_t n = std::min(cols, row0 + i + 1);  // keys this row sees
+    const float l = lse[i];
+    for (int64_t j = 0; j < n; ++j) s[j] = exp_f(s[j] * scale - l);
+    for (int64_t j = n; j < cols; ++j) s[j] = 0.0f;
+    if (low != nullptr) {
+      T* o = low + i * ld;
+      for (int64_t j = 0; j < cols; ++j) o[j] = st<T>(s[j]);
+    }
+  }
+}
+
+template <class T>
+LM_INLINE void attn_rowdot_rows(const T* dO, const T* O, float* di, int64_t rows, int64_t D, int64_t ld_dO,
+                                int64_t ld_O) {
+  for (int64_t i = 0; i < rows; ++i) {
+    const T* g = dO + i * ld_dO;
+    const T* o = O + i * ld_O;
+    float acc = 0.0f;
+#pragma omp simd reduction(+ : acc)
+    for (int64_t d = 0; d < D; ++d) acc += ld(g[d]) * ld(o[d]);
+    di[i] = acc;
+  }
+}
+
+template <class T>
+LM_INLINE void attn_dscores_rows(const float* P, float* dP, const float* di, T* low, int64_t rows, int64_t cols,
+                                 int64_t ld, float scale) {
+  for (int64_t i = 0; i < rows; ++i) {
+    const float* p = P + i * ld;
+    float* d = dP + i * ld;
+    const float m = di[i];
+    for (int64_t j = 0; j < cols; ++j) d[j] = p[j] * (d[j] - m) * scale;
+    if (low != nullptr) {
+      T* o = low + i * ld;
+      for (int64_t j = 0; j < cols; ++j) o[j] = st<T>(d[j]);
+    }
+  }
+}
+
 // Work per thread worth a fork: ~32k elements (a few tens of microseconds).
 constexpr int64_t kGrainElems = 1 << 15;
 int64_t row_grain(int64_t width) { return std::max<int64_t>(1, kGrainElems / std::max<int64_t>(1, width)); }
 
 }  // namespace
+
+LM_CLONES void attention_probs(float* S, const float* lse, void* low, int64_t rows, int64_t cols, int64_t ld,
+                               int64_t row0, float scale, DType dt) {
+  if (dt == DType::kBFloat16) attn_probs_rows(S, lse, static_cast<bf16*>(low), rows, cols, ld, row0, scale);
+  else attn_probs_rows<float>(S, lse, nullptr, rows, cols, ld, row0, scale);
+}
+
+LM_CLONES void attention_rowdot(const void* dO, const void* O, float* di, int64_t rows, int64_t D, int64_t ld_dO,
+                                int64_t ld_O, DType dt) {
+  if (dt == DType::kBFloat16)
+    attn_rowdot_rows(static_cast<const bf16*>(dO), static_cast<const bf16*>(O), di, rows, D, ld_dO, ld_O);
+  else
+    attn_rowdot_rows(static_cast<const float*>(dO), static_cast<const float*>(O), di, rows, D, ld_dO, ld_O);
+}
+
+LM_CLONES void attention_dscores(const float* P, float* dP, const float* di, void* low, int64_t rows, int64_t cols,
+                                 int64_t ld, float scale, DType dt) {
+  if (dt == DType::kBFloat16) attn_dscores_rows(P, dP, di, static_cast<bf16*>(low), rows, cols, ld, scale);
+  else attn_dscores_rows<float>(P, dP, di, nullptr, rows, cols, ld, scale);
+}
+
+void parallel_ranges(int64_t n, int64_t grain, const std::function<void(int64_t, int64_t)>& fn) {
+  at::parallel_for(0, n, grain, fn);
+}
 
 bool takes(DType dt) { return dt == DType::kFloat32 || dt == DType::kBFloat16; }
 

@@ -9,6 +9,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 
 #include "model/kernels/fused_kernels.h"  // DType
 
@@ -42,5 +43,26 @@ void add_rms_norm_backward(const void* dy, const void* ds_in, const void* s, con
 // no underflow fallback needed), and with `grad_scale` != 0 overwrites each row with
 // grad_scale * (softmax(row) - onehot(target)) in `dt`.
 double softmax_xent(void* logits, const int64_t* targets, int64_t n, int64_t V, float grad_scale, DType dt);
+
+// fn(lo, hi) over ranges of [0, n) on ATen's intra-op threads: at::parallel_for splits work only
+// where it is compiled with OpenMP, as this library is (lm_model is not); ATen ops called inside
+// run single-threaded.
+void parallel_ranges(int64_t n, int64_t grain, const std::function<void(int64_t, int64_t)>& fn);
+
+// The element-wise parts of one attention head's backward pass (model/fused_ops.cpp's
+// cpu_causal_attention does the matmuls) on `rows` query rows, the first being row `row0` of the
+// sequence, against keys 0 .. `cols`-1; the [rows, cols] fp32 blocks (and their bf16 copies)
+// have rows `ld` elements apart. Each call runs on the calling thread (the caller splits heads
+// over threads).
+// probs: P[i][j] = exp(S[i][j] * scale - lse[i]) for keys j <= row0 + i, else 0 (causal), in
+// place over S; with `low` non-null also stored there in `dt` (bf16).
+void attention_probs(float* S, const float* lse, void* low, int64_t rows, int64_t cols, int64_t ld, int64_t row0,
+                     float scale, DType dt);
+// di[i] = sum_d dO[i][d] * O[i][d] (`dt` storage; rows of D values, `ld_dO` and `ld_O` apart).
+void attention_rowdot(const void* dO, const void* O, float* di, int64_t rows, int64_t D, int64_t ld_dO, int64_t ld_O,
+                      DType dt);
+// dS = P * (dP - di[i]) * scale, in place over dP; with `low` non-null also stored there in `dt`.
+void attention_dscores(const float* P, float* dP, const float* di, void* low, int64_t rows, int64_t cols, int64_t ld,
+                       float scale, DType dt);
 
 }  // namespace lm::kernels::cpu

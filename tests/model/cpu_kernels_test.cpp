@@ -171,6 +171,31 @@ TEST(CpuKernels, CrossEntropyRowsEqualTheReferenceLossAndGradients) {
   }
 }
 
+// q, k, v as the model gives them: [B, H, T, D] views of [B, T, H, D] storage.
+torch::Tensor heads_leaf(int64_t B, int64_t H, int64_t T, int64_t D, torch::ScalarType dt) {
+  return torch::randn({B, T, H, D}).to(dt).transpose(1, 2).requires_grad_(true);
+}
+
+// ATen's flash forward and lmforge's backward against matmul-softmax-matmul in fp32 (causal).
+// T = 70: no block or vector width divides it. bf16: the backward's three gradient matmuls take
+// P and dS rounded to bf16 (as ATen's flash backward does), so up to 1e-2 of the largest
+// magnitude rather than one rounding.
+TEST(CpuKernels, AttentionEqualsMatmulSoftmaxMatmulForwardAndBackward) {
+  for (auto dt : kDtypes) {
+    torch::manual_seed(9);
+    Tensors in = {heads_leaf(2, 3, 70, 16, dt), heads_leaf(2, 3, 70, 16, dt), heads_leaf(2, 3, 70, 16, dt)};
+    Tensors up = {upstream({2, 3, 70, 16}, dt)};
+    ASSERT_TRUE(cpu_causal_attention_takes(in[0], in[1], in[2]));
+    auto got = run([](const Tensors& x) { return Tensors{cpu_causal_attention(x[0], x[1], x[2])}; }, in, up, false);
+    auto want = run([](const Tensors& x) { return Tensors{reference_attention(x[0], x[1], x[2], true)}; }, in, up, true);
+    expect_close(got, want, dt == torch::kBFloat16 ? 1e-2 : kFp32Tol, std::string("attention ") + c10::toString(dt));
+  }
+  // Grouped-query k, v stay on SDPA.
+  auto q = torch::randn({1, 4, 8, 16}), kv = torch::randn({1, 2, 8, 16});
+  EXPECT_FALSE(cpu_causal_attention_takes(q, kv, kv));
+  EXPECT_THROW(cpu_causal_attention(q, kv, kv), c10::Error);
+}
+
 TEST(CpuKernels, NanReachesTheOutputs) {
   // The NaN sentinel must still see a NaN that enters these kernels.
   auto a = torch::randn({64}), b = torch::randn({64});
@@ -214,34 +239,39 @@ TEST(CpuKernels, TheKernelsTakeFp32AndBf16CpuTensorsOnly) {
 // parameter's gradient, fp32 (1e-5: the kernels' reassociation through two layers) and under
 // bf16 autocast (2e-2, the registry's bf16 tolerance: roundings in other places).
 TEST(CpuKernels, TheModelWithThemGivesTheReferenceLossAndGradients) {
-  auto cfg = *preset("tiny");
-  torch::manual_seed(7);
-  auto window = torch::randint(cfg.vocab_size, {2, 33}, torch::kInt64);
-  for (bool bf16 : {false, true}) {
-    Transformer m(cfg);
-    {
-      torch::NoGradGuard no_grad;  // norm weights away from 1, so a misplaced weight shows
-      for (auto& p : m->parameters())
-        if (p.dim() == 1) p.copy_(1.0 + 0.2 * torch::randn(p.sizes()));
+  // tiny groups its k, v heads (SDPA's path); with as many kv heads as heads the attention
+  // backward is lmforge's too.
+  for (bool grouped : {true, false}) {
+    auto cfg = *preset("tiny");
+    if (!grouped) cfg.n_kv_heads = cfg.n_heads;
+    torch::manual_seed(7);
+    auto window = torch::randint(cfg.vocab_size, {2, 33}, torch::kInt64);
+    for (bool bf16 : {false, true}) {
+      Transformer m(cfg);
+      {
+        torch::NoGradGuard no_grad;  // norm weights away from 1, so a misplaced weight shows
+        for (auto& p : m->parameters())
+          if (p.dim() == 1) p.copy_(1.0 + 0.2 * torch::randn(p.sizes()));
+      }
+      Tensors loss, grads[2];
+      for (bool on : {false, true}) {
+        m->set_cpu_kernels(on);
+        m->zero_grad();
+        at::autocast::set_autocast_enabled(torch::kCPU, bf16);
+        at::autocast::set_autocast_dtype(torch::kCPU, torch::kBFloat16);
+        auto l = m->loss(window);
+        at::autocast::set_autocast_enabled(torch::kCPU, false);
+        at::autocast::clear_cache();
+        l.backward();
+        loss.push_back(l.detach());
+        for (const auto& p : m->parameters()) grads[on].push_back(p.grad().clone());
+      }
+      const double t = bf16 ? 2e-2 : 1e-5;
+      EXPECT_NEAR(loss[1].item<double>(), loss[0].item<double>(), t * loss[0].item<double>()) << "bf16 " << bf16;
+      auto names = m->named_parameters().keys();
+      for (size_t i = 0; i < grads[0].size(); ++i)
+        EXPECT_LE(max_rel(grads[1][i], grads[0][i]), t) << names[i] << " bf16 " << bf16 << " grouped " << grouped;
     }
-    Tensors loss, grads[2];
-    for (bool on : {false, true}) {
-      m->set_cpu_kernels(on);
-      m->zero_grad();
-      at::autocast::set_autocast_enabled(torch::kCPU, bf16);
-      at::autocast::set_autocast_dtype(torch::kCPU, torch::kBFloat16);
-      auto l = m->loss(window);
-      at::autocast::set_autocast_enabled(torch::kCPU, false);
-      at::autocast::clear_cache();
-      l.backward();
-      loss.push_back(l.detach());
-      for (const auto& p : m->parameters()) grads[on].push_back(p.grad().clone());
-    }
-    const double t = bf16 ? 2e-2 : 1e-5;
-    EXPECT_NEAR(loss[1].item<double>(), loss[0].item<double>(), t * loss[0].item<double>()) << "bf16 " << bf16;
-    auto names = m->named_parameters().keys();
-    for (size_t i = 0; i < grads[0].size(); ++i)
-      EXPECT_LE(max_rel(grads[1][i], grads[0][i]), t) << names[i] << " bf16 " << bf16;
   }
 }
 
@@ -253,19 +283,32 @@ struct BreakGuard {
 // A planted break in each CPU kernel path (its output x 1.05) is caught at start-up, named,
 // and only that path is switched to its reference; the model then gives the reference loss.
 TEST(CpuKernels, APlantedBrokenCpuPathIsCaughtAndSwitchedToItsReference) {
-  auto cfg = *preset("tiny");
   torch::manual_seed(8);
-  auto window = torch::randint(0, cfg.vocab_size, {2, 17}, torch::kInt64);
-  for (const std::string path : {"rms_norm.cpu", "add_rms_norm.cpu", "swiglu.cpu", "rope.cpu", "cross_entropy.cpu"}) {
+  auto window = torch::randint(0, preset("tiny")->vocab_size, {2, 17}, torch::kInt64);
+  for (const std::string path :
+       {"rms_norm.cpu", "add_rms_norm.cpu", "swiglu.cpu", "rope.cpu", "attention.cpu", "cross_entropy.cpu"}) {
+    // attention.cpu takes ungrouped heads only, and the model routes it bf16 tensors only: its
+    // losses are taken under bf16 autocast.
+    const bool attention = path == "attention.cpu";
+    auto cfg = *preset("tiny");
+    if (attention) cfg.n_kv_heads = cfg.n_heads;
+    auto loss_of = [&](Transformer& model) {
+      at::autocast::set_autocast_enabled(torch::kCPU, attention);
+      at::autocast::set_autocast_dtype(torch::kCPU, torch::kBFloat16);
+      const float l = model->loss(window).item<float>();
+      at::autocast::set_autocast_enabled(torch::kCPU, false);
+      at::autocast::clear_cache();
+      return l;
+    };
     for (auto dt : kDtypes) {
       BreakGuard broken(path);
       Transformer m(cfg), ref(cfg);
       ref->set_cpu_kernels(false);
-      const float broken_loss = m->loss(window).item<float>(), want = ref->loss(window).item<float>();
+      const float broken_loss = loss_of(m), want = loss_of(ref);
       EXPECT_GT(std::abs(broken_loss - want), 1e-6 * want) << path << ": the break must show in the model";
       auto r = verify_fast_paths(m, torch::kCPU, dt, 1);
       EXPECT_EQ(r.fell_back, std::vector<std::string>{path}) << r.summary();
-      EXPECT_NEAR(m->loss(window).item<float>(), want, 1e-5 * want) << path;
+      EXPECT_NEAR(loss_of(m), want, 1e-5 * want) << path;
     }
   }
 }

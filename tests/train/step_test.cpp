@@ -249,7 +249,7 @@ TEST_F(StepRun, FastPathsOffKeepsTheNamedPathOnItsReference) {
   EXPECT_NE(std::string(e.status().message())
                 .find("train.hardware.fast_paths_off: unknown fast path 'loss.fast' (known: attention.sdpa, "
                       "rms_norm.aten, loss.chunked, swiglu.cuda, rope.cuda, add_rms_norm.cuda, rms_norm.cpu, "
-                      "add_rms_norm.cpu, swiglu.cpu, rope.cpu, cross_entropy.cpu)"),
+                      "add_rms_norm.cpu, swiglu.cpu, rope.cpu, attention.cpu, cross_entropy.cpu)"),
             std::string::npos)
       << e.status();
 }
