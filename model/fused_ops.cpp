@@ -254,15 +254,40 @@ struct RmsNormFn : torch::autograd::Function<RmsNormFn> {
 // The scores and dP are fp32 matmuls (bf16 inputs widened first); under bf16 the three
 // matmuls into the gradients take P and dS rounded to bf16, as ATen's flash backward does.
 // ATen's flash backward spends 2.8-7.5x its forward at the small presets' head size (32)
-// (docs/performance.md, "Attention's backward on the CPU"); in fp32 it is as fast as this one, so
-// the model routes bf16 only (AttentionImpl::forward).
+// (docs/performance.md, "Attention's backward on the CPU"). fp32 (where the BLAS is found) is all
+// lmforge's, forward too: kernels::cpu::attention_forward_f32 / _backward_f32, the same steps
+// on raw sgemm calls in causal row blocks of 64 (ATen's per-call cost made small blocks lose).
 struct CpuAttentionFn : torch::autograd::Function<CpuAttentionFn> {
   static torch::Tensor forward(AutogradContext* ctx, const torch::Tensor& q, const torch::Tensor& k,
                                const torch::Tensor& v) {
     const double scale = 1.0 / std::sqrt(static_cast<double>(q.size(-1)));
+    if (own_f32(q)) {
+      const int64_t B = q.size(0), H = q.size(1), T = q.size(2), D = q.size(3);
+      // o laid out [B, T, H, D]: the model's transpose back to [B, T, H * D] is then a view.
+      auto o = at::empty({B, T, H, D}, q.options()).transpose(1, 2);
+      auto lse = at::empty({B, H, T}, q.options());
+      {
+        torch::NoGradGuard no_grad;
+        kernels::cpu::attention_forward_f32(heads(q), heads(k), heads(v), heads_out(o), lse.data_ptr<float>(), B, H,
+                                            T, D, static_cast<float>(scale));
+      }
+      ctx->save_for_backward({q, k, v, o, lse});
+      return o;
+    }
     auto [o, lse] = at::_scaled_dot_product_flash_attention_for_cpu(q, k, v, 0.0, /*is_causal=*/true, {}, scale);
     ctx->save_for_backward({q, k, v, o, lse});
     return o;
+  }
+
+  // fp32 with the BLAS found: lmforge's forward and backward (kernels::cpu::attention_*_f32).
+  static bool own_f32(const torch::Tensor& q) {
+    return q.scalar_type() == torch::kFloat32 && kernels::cpu::attention_f32_available();
+  }
+  static kernels::cpu::Heads heads(const torch::Tensor& t) {
+    return {t.data_ptr<float>(), t.stride(0), t.stride(1), t.stride(2)};
+  }
+  static kernels::cpu::HeadsOut heads_out(const torch::Tensor& t) {
+    return {t.data_ptr<float>(), t.stride(0), t.stride(1), t.stride(2)};
   }
 
   static tensor_list backward(AutogradContext* ctx, tensor_list grads) {
@@ -281,6 +306,11 @@ struct CpuAttentionFn : torch::autograd::Function<CpuAttentionFn> {
     // Gradients laid out as the projections give q, k, v ([B, T, H, D] storage).
     auto grad_of = [&](const torch::Tensor& x) { return at::empty({B, T, H, D}, x.options()).transpose(1, 2); };
     auto dq = grad_of(q), dk = grad_of(k), dv = grad_of(v);
+    if (own_f32(q)) {
+      kernels::cpu::attention_backward_f32(heads(q), heads(k), heads(v), heads(o), heads(g), lse.data_ptr<float>(),
+                                           heads_out(dq), heads_out(dk), heads_out(dv), B, H, T, D, scale);
+      return {dq, dk, dv};
+    }
     const auto f32 = q.options().dtype(torch::kFloat32);
     // Causal blocks of 256 rows: row block r (rows r0..r1-1) sees keys 0..r1-1 only, so the
     // scores, dP and dQ of a row block, and dK, dV of a key block (rows c0..T-1), skip the masked
@@ -362,6 +392,10 @@ bool cpu_causal_attention_takes(const torch::Tensor& q, const torch::Tensor& k, 
   return cpu_kernels_take(q) && q.dim() == 4 && k.sizes() == q.sizes() && v.sizes() == q.sizes() &&
          k.scalar_type() == q.scalar_type() && v.scalar_type() == q.scalar_type() && q.stride(-1) == 1 &&
          k.stride(-1) == 1 && v.stride(-1) == 1;
+}
+
+bool cpu_causal_attention_routes(torch::ScalarType dtype) {
+  return dtype == torch::kBFloat16 || (dtype == torch::kFloat32 && kernels::cpu::attention_f32_available());
 }
 
 torch::Tensor cpu_causal_attention(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v) {

@@ -44,10 +44,16 @@ std::pair<torch::Tensor, torch::Tensor> fused_add_rms_norm(const torch::Tensor& 
 torch::Tensor cpu_fused_rms_norm(const torch::Tensor& x, const torch::Tensor& weight, double eps, torch::ScalarType out_dtype);
 
 // Causal self-attention of CPU q, k, v [B, H, T, D] (fp32 or bf16, one shape: grouped-query k, v
-// stay on SDPA), scale 1/sqrt(D): ATen's flash forward, lmforge's backward (one head at a time,
-// the head's probabilities recomputed in cache). cpu_causal_attention_takes says which inputs.
+// stay on SDPA), scale 1/sqrt(D), one head at a time with its probabilities recomputed in cache
+// for the backward. bf16: ATen's flash forward, lmforge's backward; fp32: lmforge's forward and
+// backward on BLAS calls in causal row blocks (kernels::cpu::attention_forward_f32), where
+// the BLAS is found (else as bf16). cpu_causal_attention_takes says which inputs it accepts.
 bool cpu_causal_attention_takes(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v);
 torch::Tensor cpu_causal_attention(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v);
+// Where the model uses it (the one place that says so: AttentionImpl and the fast-path registry
+// ask here): in the dtypes where it was measured faster than SDPA (docs/performance.md,
+// "Attention on the CPU"): bf16, and fp32 where lmforge's own fp32 attention can run.
+bool cpu_causal_attention_routes(torch::ScalarType dtype);
 
 // The chunked loss's row work on the CPU, in place: returns the sum over the rows of
 // logits [n, V] (contiguous, fp32 or bf16) of -log softmax(row)[target], and with grad_scale

@@ -311,8 +311,8 @@ torch::Tensor AttentionImpl::forward(const torch::Tensor& x, const torch::Tensor
   }
   auto v = v_proj(x).view({B, T, n_kv_heads_, head_dim_}).transpose(1, 2);
   torch::Tensor y;
-  // lmforge's CPU attention backward where it is faster than SDPA's: bf16 (docs/performance.md).
-  if (use_fused && !debug_break_causality && use_cpu_attention && q.scalar_type() == torch::kBFloat16 &&
+  // lmforge's CPU attention where it is faster than SDPA (cpu_causal_attention_routes).
+  if (use_fused && !debug_break_causality && use_cpu_attention && cpu_causal_attention_routes(q.scalar_type()) &&
       cpu_causal_attention_takes(q, k, v)) {
     y = cpu_causal_attention(q, k, v);
     if (debug_break_fast_path("attention.cpu")) y = y * 1.05;

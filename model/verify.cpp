@@ -6,6 +6,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "model/fused_ops.h"
+#include "model/kernels/cpu_kernels.h"
 
 namespace lm::model {
 namespace {
@@ -178,14 +179,15 @@ FastPathCheck check_attention(Transformer& m, torch::Device device, torch::Scala
 FastPathCheck check_cpu_attention(Transformer& m, torch::Device device, torch::ScalarType dt, uint64_t seed) {
   const auto& cfg = m->config();
   const int64_t H = cfg.n_heads, D = cfg.head_dim();
-  const int64_t T = std::min<int64_t>(cfg.max_seq_len, kCheckSeq);
+  // Three causal row blocks of the fp32 kernel, the last one partial (where the model allows).
+  const int64_t T = std::min<int64_t>(cfg.max_seq_len, 2 * kernels::cpu::kAttentionRowBlock + 5);
   auto gen = at::detail::createCPUGenerator(seed);
   // q, k, v as the model gives them: [B, H, T, D] views of [B, T, H, D] storage.
   auto qkv = [&] { return rand_input({2, T, H, D}, gen, device, dt).transpose(1, 2); };
   std::vector<torch::Tensor> in = {qkv(), qkv(), qkv()};
   for (auto& x : in) x.set_requires_grad(true);
   auto up = rand_input({2, H, T, D}, gen, device, dt);
-  return compare("attention.cpu", "lmforge's CPU attention backward (ATen's flash forward) vs matmul-softmax-matmul", dt,
+  return compare("attention.cpu", "lmforge's CPU attention (bf16: its backward; fp32: both passes) vs matmul-softmax-matmul", dt,
                  in, up, [&](bool fast, const std::vector<torch::Tensor>& x) {
                    if (!fast) return reference_attention(x[0], x[1], x[2], true);
                    auto y = cpu_causal_attention(x[0], x[1], x[2]);
@@ -328,32 +330,34 @@ std::function<FastPathCheck(Transformer&, torch::Device, torch::ScalarType, uint
 
 const std::vector<FastPath>& fast_paths() {
   static const std::vector<FastPath> registry = {
-      {"attention.sdpa", [](Transformer& m, torch::Device) { return m->fused_attention(); },
+      {"attention.sdpa", [](Transformer& m, torch::Device, torch::ScalarType) { return m->fused_attention(); },
        check_attention, [](Transformer& m) { m->set_fused_attention(false); }},
-      {"rms_norm.aten", [](Transformer& m, torch::Device d) { return d.is_cuda() && m->fused_rms_norm(); }, check_rms_norm,
+      {"rms_norm.aten", [](Transformer& m, torch::Device d, torch::ScalarType) { return d.is_cuda() && m->fused_rms_norm(); }, check_rms_norm,
        [](Transformer& m) { m->set_fused_rms_norm(false); }},
-      {"loss.chunked", [](Transformer& m, torch::Device) { return m->chunked_loss(); }, check_chunked_loss,
+      {"loss.chunked", [](Transformer& m, torch::Device, torch::ScalarType) { return m->chunked_loss(); }, check_chunked_loss,
        [](Transformer& m) { m->set_chunked_loss(false); }},
-      {"swiglu.cuda", [](Transformer& m, torch::Device d) { return d.is_cuda() && m->cuda_swiglu(); },
+      {"swiglu.cuda", [](Transformer& m, torch::Device d, torch::ScalarType) { return d.is_cuda() && m->cuda_swiglu(); },
        named("swiglu.cuda", check_own_swiglu), [](Transformer& m) { m->set_cuda_swiglu(false); }},
-      {"rope.cuda", [](Transformer& m, torch::Device d) { return d.is_cuda() && m->cuda_rope(); },
+      {"rope.cuda", [](Transformer& m, torch::Device d, torch::ScalarType) { return d.is_cuda() && m->cuda_rope(); },
        named("rope.cuda", check_own_rope), [](Transformer& m) { m->set_cuda_rope(false); }},
-      {"add_rms_norm.cuda", [](Transformer& m, torch::Device d) { return d.is_cuda() && m->cuda_add_norm(); },
+      {"add_rms_norm.cuda", [](Transformer& m, torch::Device d, torch::ScalarType) { return d.is_cuda() && m->cuda_add_norm(); },
        named("add_rms_norm.cuda", check_own_add_norm), [](Transformer& m) { m->set_cuda_add_norm(false); }},
       // lmforge's own CPU kernels (issue 32): on by default, so every CPU start-up checks them.
-      {"rms_norm.cpu", [](Transformer& m, torch::Device d) { return d.is_cpu() && m->cpu_rms_norm(); },
+      {"rms_norm.cpu", [](Transformer& m, torch::Device d, torch::ScalarType) { return d.is_cpu() && m->cpu_rms_norm(); },
        named("rms_norm.cpu", check_rms_norm_path), [](Transformer& m) { m->set_cpu_rms_norm(false); }},
-      {"add_rms_norm.cpu", [](Transformer& m, torch::Device d) { return d.is_cpu() && m->cpu_add_norm(); },
+      {"add_rms_norm.cpu", [](Transformer& m, torch::Device d, torch::ScalarType) { return d.is_cpu() && m->cpu_add_norm(); },
        named("add_rms_norm.cpu", check_own_add_norm), [](Transformer& m) { m->set_cpu_add_norm(false); }},
-      {"swiglu.cpu", [](Transformer& m, torch::Device d) { return d.is_cpu() && m->cpu_swiglu(); },
+      {"swiglu.cpu", [](Transformer& m, torch::Device d, torch::ScalarType) { return d.is_cpu() && m->cpu_swiglu(); },
        named("swiglu.cpu", check_own_swiglu), [](Transformer& m) { m->set_cpu_swiglu(false); }},
-      {"rope.cpu", [](Transformer& m, torch::Device d) { return d.is_cpu() && m->cpu_rope(); },
+      {"rope.cpu", [](Transformer& m, torch::Device d, torch::ScalarType) { return d.is_cpu() && m->cpu_rope(); },
        named("rope.cpu", check_own_rope), [](Transformer& m) { m->set_cpu_rope(false); }},
       {"attention.cpu",
-       [](Transformer& m, torch::Device d) { return d.is_cpu() && m->fused_attention() && m->cpu_attention(); },
+       [](Transformer& m, torch::Device d, torch::ScalarType dt) {
+         return d.is_cpu() && m->fused_attention() && m->cpu_attention() && cpu_causal_attention_routes(dt);
+       },
        check_cpu_attention, [](Transformer& m) { m->set_cpu_attention(false); }},
       {"cross_entropy.cpu",
-       [](Transformer& m, torch::Device d) { return d.is_cpu() && m->chunked_loss() && m->cpu_cross_entropy(); },
+       [](Transformer& m, torch::Device d, torch::ScalarType) { return d.is_cpu() && m->chunked_loss() && m->cpu_cross_entropy(); },
        check_cpu_cross_entropy, [](Transformer& m) { m->set_cpu_cross_entropy(false); }},
   };
   return registry;
@@ -364,7 +368,7 @@ FastPathReport verify_fast_paths(Transformer& model, torch::Device device, torch
   FastPathReport r;
   torch::AutoGradMode grad_on(true);
   for (const auto& fp : fast_paths()) {
-    if (!fp.used(model, device)) continue;
+    if (!fp.used(model, device, dtype)) continue;
     FastPathCheck c;
     try {
       c = fp.check(model, device, dtype, seed++);

@@ -73,8 +73,9 @@ double fast_path_tolerance(torch::ScalarType dtype);
 
 struct FastPath {
   std::string name;
-  // Whether `model` uses this fast path at all on `device` (attention "reference" does not).
-  std::function<bool(Transformer&, torch::Device)> used;
+  // Whether `model` uses this fast path at all on `device` with compute dtype `dtype`
+  // (attention "reference" does not; attention.cpu only where cpu_causal_attention_routes).
+  std::function<bool(Transformer&, torch::Device, torch::ScalarType)> used;
   // Fast path against its twin on inputs shaped like `model`'s, in `dtype` on `device`.
   std::function<FastPathCheck(Transformer&, torch::Device, torch::ScalarType, uint64_t)> check;
   // Turns the fast path off (the reference from then on).

@@ -17,6 +17,12 @@
 #include <limits>
 #include <vector>
 
+// The Fortran sgemm of the BLAS inside LibTorch (MKL in the x86-64 wheels; ATen calls it too).
+// Weak: a LibTorch without it leaves this null, and the fp32 attention is not used.
+extern "C" void sgemm_(const char* transa, const char* transb, const int* m, const int* n, const int* k,
+                       const float* alpha, const float* a, const int* lda, const float* b, const int* ldb,
+                       const float* beta, float* c, const int* ldc) __attribute__((weak));
+
 #if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
 #define LM_CLONES __attribute__((target_clones("default", "arch=x86-64-v3", "arch=x86-64-v4")))
 #else
@@ -335,6 +341,119 @@ LM_CLONES void attention_dscores(const float* P, float* dP, const float* di, voi
                                  int64_t ld, float scale, DType dt) {
   if (dt == DType::kBFloat16) attn_dscores_rows(P, dP, di, static_cast<bf16*>(low), rows, cols, ld, scale);
   else attn_dscores_rows<float>(P, dP, di, nullptr, rows, cols, ld, scale);
+}
+
+// ---- fp32 causal attention of whole heads ----
+namespace {
+
+// Per row: P = softmax(S scale) over keys j <= row0 + i (0 beyond, up to cols), in place over S;
+// lse[i] = the scaled row's log-sum-exp. NaN in a row reaches its P (exp_f keeps it).
+LM_CLONES void attention_softmax(float* S, float* lse, int64_t rows, int64_t cols, int64_t ld, int64_t row0,
+                                 float scale) {
+  for (int64_t i = 0; i < rows; ++i) {
+    float* s = S + i * ld;
+    const int64_t n = std::min(cols, row0 + i + 1);
+    float mx = -std::numeric_limits<float>::infinity();
+#pragma omp simd reduction(max : mx)
+    for (int64_t j = 0; j < n; ++j) mx = std::max(mx, s[j]);
+    mx *= scale;  // scale > 0
+    float sum = 0.0f;
+#pragma omp simd reduction(+ : sum)
+    for (int64_t j = 0; j < n; ++j) {
+      const float e = exp_f(s[j] * scale - mx);
+      s[j] = e;
+      sum += e;
+    }
+    const float inv = 1.0f / sum;
+    for (int64_t j = 0; j < n; ++j) s[j] *= inv;
+    for (int64_t j = n; j < cols; ++j) s[j] = 0.0f;
+    lse[i] = mx + std::log(sum);
+  }
+}
+
+// Row-major C [M, N] = op(A) op(B) + beta C, where op(A) is A [M, K] (`lda` apart) or, with
+// `ta`, the transpose of A stored [K, M]; op(B) is B [K, N] or, with `tb`, Bᵀ of B stored
+// [N, K]. Fortran BLAS is column-major, and a row-major C is a column-major Cᵀ = op(B)ᵀ op(A)ᵀ.
+void gemm_rm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, const float* A, int64_t lda, const float* B,
+             int64_t ldb, float beta, float* C, int64_t ldc) {
+  const char tra = tb ? 'T' : 'N', trb = ta ? 'T' : 'N';
+  const int m = static_cast<int>(N), n = static_cast<int>(M), k = static_cast<int>(K);
+  const int la = static_cast<int>(ldb), lb = static_cast<int>(lda), lc = static_cast<int>(ldc);
+  const float one = 1.0f;
+  sgemm_(&tra, &trb, &m, &n, &k, &one, B, &la, A, &lb, &beta, C, &lc);
+}
+
+// One head's forward, row block by row block: S = q_r k[0..r1)ᵀ, P = softmax in place, o_r = P v[0..r1).
+// S: kAttentionRowBlock * T floats of the calling thread's.
+void attention_head_forward(const float* q, const float* k, const float* v, float* o, float* lse, int64_t ldq,
+                            int64_t ldk, int64_t ldv, int64_t ldo, int64_t T, int64_t D, float scale, float* S) {
+  for (int64_t r0 = 0; r0 < T; r0 += kAttentionRowBlock) {
+    const int64_t r1 = std::min(T, r0 + kAttentionRowBlock), m = r1 - r0;
+    gemm_rm(false, true, m, r1, D, q + r0 * ldq, ldq, k, ldk, 0.0f, S, r1);
+    attention_softmax(S, lse + r0, m, r1, r1, r0, scale);
+    gemm_rm(false, false, m, D, r1, S, r1, v, ldv, 0.0f, o + r0 * ldo, ldo);
+  }
+}
+
+struct HeadPtrs {
+  const float *q, *k, *v, *o, *g;
+  float *dq, *dk, *dv;
+  int64_t ldq, ldk, ldv, ldo, ldg, lddq, lddk, lddv;
+};
+
+// One head's backward. S, dP: T * T floats, di: T, of the calling thread's. Row block r fills P and
+// dS for keys 0..r1 (the blocks above the diagonal are never read) and gives dq of its rows; then
+// dv and dk of key block c take the rows c0..T of P and dS.
+void attention_head_backward(const HeadPtrs& p, const float* lse, int64_t T, int64_t D, float scale, float* S,
+                             float* dP, float* di) {
+  attention_rowdot(p.g, p.o, di, T, D, p.ldg, p.ldo, DType::kFloat32);
+  for (int64_t r0 = 0; r0 < T; r0 += kAttentionRowBlock) {
+    const int64_t r1 = std::min(T, r0 + kAttentionRowBlock), m = r1 - r0;
+    float* s = S + r0 * T;
+    float* dp = dP + r0 * T;
+    gemm_rm(false, true, m, r1, D, p.q + r0 * p.ldq, p.ldq, p.k, p.ldk, 0.0f, s, T);
+    attention_probs(s, lse + r0, nullptr, m, r1, T, r0, scale, DType::kFloat32);
+    gemm_rm(false, true, m, r1, D, p.g + r0 * p.ldg, p.ldg, p.v, p.ldv, 0.0f, dp, T);
+    attention_dscores(s, dp, di + r0, nullptr, m, r1, T, scale, DType::kFloat32);
+    gemm_rm(false, false, m, D, r1, dp, T, p.k, p.ldk, 0.0f, p.dq + r0 * p.lddq, p.lddq);
+  }
+  for (int64_t c0 = 0; c0 < T; c0 += kAttentionRowBlock) {
+    const int64_t c1 = std::min(T, c0 + kAttentionRowBlock), n = c1 - c0;
+    gemm_rm(true, false, n, D, T - c0, S + c0 * T + c0, T, p.g + c0 * p.ldg, p.ldg, 0.0f, p.dv + c0 * p.lddv,
+            p.lddv);
+    gemm_rm(true, false, n, D, T - c0, dP + c0 * T + c0, T, p.q + c0 * p.ldq, p.ldq, 0.0f, p.dk + c0 * p.lddk,
+            p.lddk);
+  }
+}
+
+}  // namespace
+
+bool attention_f32_available() { return sgemm_ != nullptr; }
+
+void attention_forward_f32(Heads q, Heads k, Heads v, HeadsOut o, float* lse, int64_t B, int64_t H, int64_t T,
+                           int64_t D, float scale) {
+  at::parallel_for(0, B * H, 1, [&](int64_t lo, int64_t hi) {
+    std::vector<float> S(static_cast<size_t>(kAttentionRowBlock * T));
+    for (int64_t u = lo; u < hi; ++u) {
+      const int64_t b = u / H, h = u % H;
+      attention_head_forward(q.head(b, h), k.head(b, h), v.head(b, h), o.head(b, h), lse + u * T, q.st, k.st, v.st,
+                             o.st, T, D, scale, S.data());
+    }
+  });
+}
+
+void attention_backward_f32(Heads q, Heads k, Heads v, Heads o, Heads dO, const float* lse, HeadsOut dq, HeadsOut dk,
+                            HeadsOut dv, int64_t B, int64_t H, int64_t T, int64_t D, float scale) {
+  at::parallel_for(0, B * H, 1, [&](int64_t lo, int64_t hi) {
+    std::vector<float> S(static_cast<size_t>(T * T)), dP(static_cast<size_t>(T * T)), di(static_cast<size_t>(T));
+    for (int64_t u = lo; u < hi; ++u) {
+      const int64_t b = u / H, h = u % H;
+      const HeadPtrs p{q.head(b, h), k.head(b, h), v.head(b, h), o.head(b, h), dO.head(b, h),
+                       dq.head(b, h), dk.head(b, h), dv.head(b, h), q.st, k.st, v.st, o.st, dO.st,
+                       dq.st, dk.st, dv.st};
+      attention_head_backward(p, lse + u * T, T, D, scale, S.data(), dP.data(), di.data());
+    }
+  });
 }
 
 void parallel_ranges(int64_t n, int64_t grain, const std::function<void(int64_t, int64_t)>& fn) {

@@ -65,4 +65,31 @@ void attention_rowdot(const void* dO, const void* O, float* di, int64_t rows, in
 void attention_dscores(const float* P, float* dP, const float* di, void* low, int64_t rows, int64_t cols, int64_t ld,
                        float scale, DType dt);
 
+// ---- fp32 causal attention of whole heads, forward and backward (issue 32) ----
+// The heads of a [B, H, T, D] fp32 tensor with any strides over b, h, t and unit stride over d:
+// element (b, h, t, d) at data[b * sb + h * sh + t * st + d].
+template <class F>
+struct HeadsOf {
+  F* data;
+  int64_t sb, sh, st;
+  F* head(int64_t b, int64_t h) const { return data + b * sb + h * sh; }
+};
+using Heads = HeadsOf<const float>;
+using HeadsOut = HeadsOf<float>;
+
+// Whether the fp32 attention below can run: its matmuls call the Fortran sgemm of the BLAS
+// LibTorch carries (MKL in the x86-64 wheels), looked up when the program loads.
+bool attention_f32_available();
+// Rows of queries per block: row block r sees keys 0 .. its last row only, so the causal upper
+// blocks are skipped (docs/performance.md, "fp32 attention").
+constexpr int64_t kAttentionRowBlock = 64;
+// o = softmax(q kᵀ scale, causal) v, one head per task on ATen's threads; lse [B, H, T]
+// (contiguous) gets each row's log-sum-exp of the scaled scores (what the backward needs).
+void attention_forward_f32(Heads q, Heads k, Heads v, HeadsOut o, float* lse, int64_t B, int64_t H, int64_t T,
+                           int64_t D, float scale);
+// dq, dk, dv (overwritten) from the upstream gradient dO, the forward's o and lse: P recomputed
+// per row block, dS = P (dO vᵀ - rowsum(dO o)) scale, dq = dS k, dk = dSᵀ q, dv = Pᵀ dO.
+void attention_backward_f32(Heads q, Heads k, Heads v, Heads o, Heads dO, const float* lse, HeadsOut dq, HeadsOut dk,
+                            HeadsOut dv, int64_t B, int64_t H, int64_t T, int64_t D, float scale);
+
 }  // namespace lm::kernels::cpu

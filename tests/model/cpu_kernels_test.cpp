@@ -17,6 +17,7 @@
 
 #include "model/config.h"
 #include "model/fused_ops.h"
+#include "model/kernels/cpu_kernels.h"
 #include "model/transformer.h"
 #include "model/verify.h"
 
@@ -176,15 +177,20 @@ torch::Tensor heads_leaf(int64_t B, int64_t H, int64_t T, int64_t D, torch::Scal
   return torch::randn({B, T, H, D}).to(dt).transpose(1, 2).requires_grad_(true);
 }
 
-// ATen's flash forward and lmforge's backward against matmul-softmax-matmul in fp32 (causal).
-// T = 70: no block or vector width divides it. bf16: the backward's three gradient matmuls take
-// P and dS rounded to bf16 (as ATen's flash backward does), so up to 1e-2 of the largest
-// magnitude rather than one rounding.
+// cpu_causal_attention against matmul-softmax-matmul in fp32 (causal): in bf16 ATen's flash
+// forward and lmforge's backward, in fp32 both passes lmforge's (row blocks of 64).
+// T = 70 and 150: no block or vector width divides them (two and three row blocks, the last
+// partial). bf16: the backward's three gradient matmuls take P and dS rounded to bf16 (as ATen's
+// flash backward does), so up to 1e-2 of the largest magnitude rather than one rounding.
 TEST(CpuKernels, AttentionEqualsMatmulSoftmaxMatmulForwardAndBackward) {
-  for (auto dt : kDtypes) {
+  ASSERT_TRUE(kernels::cpu::attention_f32_available()) << "LibTorch's BLAS (sgemm_) was not found";
+  EXPECT_TRUE(cpu_causal_attention_routes(torch::kFloat32));
+  EXPECT_TRUE(cpu_causal_attention_routes(torch::kBFloat16));
+  EXPECT_FALSE(cpu_causal_attention_routes(torch::kHalf));
+  for (auto [dt, T] : {std::pair{torch::kFloat32, 70}, std::pair{torch::kFloat32, 150}, std::pair{torch::kBFloat16, 70}}) {
     torch::manual_seed(9);
-    Tensors in = {heads_leaf(2, 3, 70, 16, dt), heads_leaf(2, 3, 70, 16, dt), heads_leaf(2, 3, 70, 16, dt)};
-    Tensors up = {upstream({2, 3, 70, 16}, dt)};
+    Tensors in = {heads_leaf(2, 3, T, 16, dt), heads_leaf(2, 3, T, 16, dt), heads_leaf(2, 3, T, 16, dt)};
+    Tensors up = {upstream({2, 3, T, 16}, dt)};
     ASSERT_TRUE(cpu_causal_attention_takes(in[0], in[1], in[2]));
     auto got = run([](const Tensors& x) { return Tensors{cpu_causal_attention(x[0], x[1], x[2])}; }, in, up, false);
     auto want = run([](const Tensors& x) { return Tensors{reference_attention(x[0], x[1], x[2], true)}; }, in, up, true);
@@ -287,19 +293,11 @@ TEST(CpuKernels, APlantedBrokenCpuPathIsCaughtAndSwitchedToItsReference) {
   auto window = torch::randint(0, preset("tiny")->vocab_size, {2, 17}, torch::kInt64);
   for (const std::string path :
        {"rms_norm.cpu", "add_rms_norm.cpu", "swiglu.cpu", "rope.cpu", "attention.cpu", "cross_entropy.cpu"}) {
-    // attention.cpu takes ungrouped heads only, and the model routes it bf16 tensors only: its
-    // losses are taken under bf16 autocast.
-    const bool attention = path == "attention.cpu";
+    // attention.cpu takes ungrouped heads only. The losses are fp32: the model must route fp32
+    // attention to it too (the break must show).
     auto cfg = *preset("tiny");
-    if (attention) cfg.n_kv_heads = cfg.n_heads;
-    auto loss_of = [&](Transformer& model) {
-      at::autocast::set_autocast_enabled(torch::kCPU, attention);
-      at::autocast::set_autocast_dtype(torch::kCPU, torch::kBFloat16);
-      const float l = model->loss(window).item<float>();
-      at::autocast::set_autocast_enabled(torch::kCPU, false);
-      at::autocast::clear_cache();
-      return l;
-    };
+    if (path == "attention.cpu") cfg.n_kv_heads = cfg.n_heads;
+    auto loss_of = [&](Transformer& model) { return model->loss(window).item<float>(); };
     for (auto dt : kDtypes) {
       BreakGuard broken(path);
       Transformer m(cfg), ref(cfg);
