@@ -70,7 +70,7 @@ bool is_sdpa_backend(const std::string& name);
 // and the gradient of the logits ((softmax - onehot) / N, in the compute dtype) is formed in the
 // same pass, so the backward is two matmuls. h: [N, C], w: [V, C], targets: [N] int64.
 // Compute dtype: the autocast dtype when autocast is on for h's device, else h's dtype.
-// chunk_rows 0 picks ~4 MB of fp32 logits per chunk on CPU, 1 GB on GPUs. cpu_kernel: on fp32
+// chunk_rows 0 picks ~64 MB of fp32 logits per chunk on CPU, 1 GB on GPUs. cpu_kernel: on fp32
 // or bf16 CPU tensors each chunk's softmax, loss and gradient are one pass of lmforge's kernel
 // over the rows (cpu_softmax_xent_, "cross_entropy.cpu") instead of the ATen ops.
 torch::Tensor linear_cross_entropy(const torch::Tensor& h, const torch::Tensor& w,
