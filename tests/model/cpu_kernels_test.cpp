@@ -233,6 +233,25 @@ TEST(CpuKernels, ResultsDoNotDependOnTheThreadCount) {
   for (size_t i = 0; i < got[0].size(); ++i) EXPECT_TRUE(torch::equal(got[0][i], got[1][i])) << i;
 }
 
+TEST(CpuKernels, AttentionDoesNotDependOnTheThreadCount) {
+  // Heads are independent (one head per task, its BLAS calls on that thread): bit-identical too.
+  const int saved = at::get_num_threads();
+  for (auto dt : kDtypes) {
+    torch::manual_seed(5);
+    Tensors in = {heads_leaf(2, 3, 70, 16, dt), heads_leaf(2, 3, 70, 16, dt), heads_leaf(2, 3, 70, 16, dt)};
+    auto up = upstream({2, 3, 70, 16}, dt);
+    Tensors got[2];
+    for (int threads : {1, 2}) {
+      at::set_num_threads(threads);
+      auto y = cpu_causal_attention(in[0], in[1], in[2]);
+      auto g = torch::autograd::grad({y}, in, {up});
+      got[threads - 1] = {y.detach(), g[0], g[1], g[2]};
+    }
+    for (size_t i = 0; i < got[0].size(); ++i) EXPECT_TRUE(torch::equal(got[0][i], got[1][i])) << i << " " << dt;
+  }
+  at::set_num_threads(saved);
+}
+
 TEST(CpuKernels, TheKernelsTakeFp32AndBf16CpuTensorsOnly) {
   EXPECT_TRUE(cpu_kernels_take(torch::zeros({2}, torch::kBFloat16)));
   EXPECT_FALSE(cpu_kernels_take(torch::zeros({2}, torch::kFloat16)));
