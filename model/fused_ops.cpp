@@ -301,16 +301,26 @@ struct CpuAttentionFn : torch::autograd::Function<CpuAttentionFn> {
     if (g.stride(-1) != 1) g = g.contiguous();
     const int64_t B = q.size(0), H = q.size(1), T = q.size(2), D = q.size(3);
     const float scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(D)));
-    const bool low = q.scalar_type() == torch::kBFloat16;
-    const auto dt = kernel_dtype(q);
     // Gradients laid out as the projections give q, k, v ([B, T, H, D] storage).
     auto grad_of = [&](const torch::Tensor& x) { return at::empty({B, T, H, D}, x.options()).transpose(1, 2); };
     auto dq = grad_of(q), dk = grad_of(k), dv = grad_of(v);
     if (own_f32(q)) {
       kernels::cpu::attention_backward_f32(heads(q), heads(k), heads(v), heads(o), heads(g), lse.data_ptr<float>(),
                                            heads_out(dq), heads_out(dk), heads_out(dv), B, H, T, D, scale);
-      return {dq, dk, dv};
+    } else {
+      backward_on_aten(q, k, v, o, g, lse, dq, dk, dv, scale);
     }
+    return {dq, dk, dv};
+  }
+
+  // bf16 (and fp32 without the BLAS): per head on ATen's threads, the matmuls as at::mm_out on
+  // views of the head, P and dS in [T, T] fp32 buffers (bf16 copies for the gradient matmuls).
+  static void backward_on_aten(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
+                               const torch::Tensor& o, const torch::Tensor& g, const torch::Tensor& lse,
+                               const torch::Tensor& dq, const torch::Tensor& dk, const torch::Tensor& dv, float scale) {
+    const int64_t B = q.size(0), H = q.size(1), T = q.size(2), D = q.size(3);
+    const bool low = q.scalar_type() == torch::kBFloat16;
+    const auto dt = kernel_dtype(q);
     const auto f32 = q.options().dtype(torch::kFloat32);
     // Causal blocks of 256 rows: row block r (rows r0..r1-1) sees keys 0..r1-1 only, so the
     // scores, dP and dQ of a row block, and dK, dV of a key block (rows c0..T-1), skip the masked
@@ -370,7 +380,6 @@ struct CpuAttentionFn : torch::autograd::Function<CpuAttentionFn> {
         }
       }
     });
-    return {dq, dk, dv};
   }
 };
 
