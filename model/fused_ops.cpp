@@ -266,11 +266,8 @@ struct CpuAttentionFn : torch::autograd::Function<CpuAttentionFn> {
       // o laid out [B, T, H, D]: the model's transpose back to [B, T, H * D] is then a view.
       auto o = at::empty({B, T, H, D}, q.options()).transpose(1, 2);
       auto lse = at::empty({B, H, T}, q.options());
-      {
-        torch::NoGradGuard no_grad;
-        kernels::cpu::attention_forward_f32(heads(q), heads(k), heads(v), heads_out(o), lse.data_ptr<float>(), B, H,
-                                            T, D, static_cast<float>(scale));
-      }
+      kernels::cpu::attention_forward_f32(heads(q), heads(k), heads(v), heads_out(o), lse.data_ptr<float>(), B, H, T,
+                                          D, static_cast<float>(scale));
       ctx->save_for_backward({q, k, v, o, lse});
       return o;
     }
@@ -361,15 +358,12 @@ struct CpuAttentionFn : torch::autograd::Function<CpuAttentionFn> {
           auto dvb = dv[b][h].narrow(0, c0, c1 - c0);
           at::mm_out(dvb, block(P, c0, T, c0, c1).t(), gh.narrow(0, c0, T - c0));
         }
-        for (int64_t r = 0; r < nb; ++r) {  // dS, then dQ of row block r
+        const auto& dS = low ? L : dP;
+        for (int64_t r = 0; r < nb; ++r) {  // dS, then dQ of row block r (its own dS rows only)
           const int64_t r0 = r * rb, r1 = std::min(T, r0 + rb);
           void* low_b = low ? static_cast<void*>(static_cast<at::BFloat16*>(L.data_ptr()) + r0 * T) : nullptr;
           kernels::cpu::attention_dscores(s_ptr + r0 * T, dp_ptr + r0 * T, di.data_ptr<float>() + r0, low_b, r1 - r0,
                                           r1, T, scale, dt);
-        }
-        const auto& dS = low ? L : dP;
-        for (int64_t r = 0; r < nb; ++r) {
-          const int64_t r0 = r * rb, r1 = std::min(T, r0 + rb);
           auto dqb = dq[b][h].narrow(0, r0, r1 - r0);
           at::mm_out(dqb, block(dS, r0, r1, 0, r1), kh.narrow(0, 0, r1));
         }

@@ -2,6 +2,7 @@
 
 #include <chrono>
 #include <filesystem>
+#include <optional>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -312,17 +313,14 @@ absl::StatusOr<std::unique_ptr<RunSetup>> set_up_run(const FitOptions& o) {
   LM_ASSIGN_OR_RETURN(s->comm, set_up_device(o, env, rf.train, hardware));
 
   const std::string data_dir = o.data.empty() && base ? base->data.value("shards", "") : o.data;
-  auto t_open = std::chrono::steady_clock::now();
-  auto seconds_since = [](std::chrono::steady_clock::time_point t) {
-    return std::chrono::duration<double>(std::chrono::steady_clock::now() - t).count();
-  };
+  std::optional<PhaseTimer> open_timer(std::in_place, s->req.startup, "data open");  // shards, tokenizer, checks
   LM_ASSIGN_OR_RETURN(data::ShardSet set, data::ShardSet::open(data_dir));
   LM_ASSIGN_OR_RETURN(const std::string tok_dir, tokenizer_dir(o, run, s->resuming, set));
   LM_ASSIGN_OR_RETURN(s->tok, tokenizer::Tokenizer::load(tok_dir));
   LM_RETURN_IF_ERROR(set.check_tokenizer(s->tok));  // hash, vocabulary and framing
   fill_request(o, env, rf, *s);
   s->req.hardware = hardware;
-  s->req.startup.add("data open", seconds_since(t_open));  // shards, tokenizer and their checks
+  open_timer.reset();
   s->req.data_info = {{"shards", fs::absolute(data_dir).string()},
                       {"tokenizer", fs::absolute(tok_dir).string()},
                       {"shards_id", shards_id(set)}};
@@ -335,9 +333,10 @@ absl::StatusOr<std::unique_ptr<RunSetup>> set_up_run(const FitOptions& o) {
   LM_RETURN_IF_ERROR(resolve(s->req.train, s->req.model, s->req.world_size));
   if (const std::string w = no_checkpoint_warning(s->req.train, s->done_step); !w.empty() && env.rank == 0)
     log_warn("%s", w);
-  t_open = std::chrono::steady_clock::now();
-  LM_RETURN_IF_ERROR(load_data(set, *s));
-  s->req.startup.add("data open", seconds_since(t_open));  // the sampler and validation windows
+  {
+    PhaseTimer timer(s->req.startup, "data open");  // the sampler and validation windows
+    LM_RETURN_IF_ERROR(load_data(set, *s));
+  }
   if (!s->resuming && env.rank == 0) {
     std::error_code ec;
     fs::create_directories(o.out, ec);
