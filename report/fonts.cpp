@@ -24,14 +24,15 @@ bool has_bengali(std::string_view s) {
 }
 
 std::string bengali_font_face() {
-  // unicode-range: the font is used for Bengali (and the joiners and dotted circle its shaping
-  // uses) only; Latin text keeps the page's own fonts.
+  // unicode-range: the font is used for Bengali (its block, the danda and double danda U+0964-0965
+  // that end Bengali sentences from the Devanagari block, and the joiners and dotted circle its
+  // shaping uses) only; Latin text keeps the page's own fonts.
   return absl::StrCat(
       "/* Lohit Bengali 2.91.5: Copyright 2006 Modular Infotech Pvt Ltd, 2009 Red Hat, Inc. Licensed under the SIL "
       "Open Font License 1.1 (https://openfontlicense.org; lmforge: report/fonts/OFL.txt). */\n"
       "@font-face{font-family:'",
       kEmbeddedBengaliFamily, "';src:url(data:font/ttf;base64,", absl::Base64Escape(absl::string_view(bengali_font_ttf().data(), bengali_font_ttf().size())),
-      ") format('truetype');unicode-range:U+0980-09FF,U+200C-200D,U+25CC;font-display:swap}\n");
+      ") format('truetype');unicode-range:U+0964-0965,U+0980-09FF,U+200C-200D,U+25CC;font-display:swap}\n");
 }
 
 }  // namespace lm::report

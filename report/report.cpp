@@ -115,7 +115,7 @@ std::string html_head(const std::string& name) {
        "1px solid #ddd;padding-bottom:4px;margin-top:32px}nav{font-size:13px;margin-bottom:12px}nav a{margin-right:12px}"
        "table{border-collapse:collapse;font-size:13px;margin:8px 0}td,th{border:1px solid #ccc;padding:4px 10px;"
        "text-align:right;vertical-align:top}th{background:#f3f3f3;white-space:nowrap}td:first-child,th:first-child{"
-       "text-align:left}td.key{font-weight:600}td.sig{font-weight:700;color:#1a7f37}.se{color:#888;font-size:11px}"
+       "text-align:left}td.key{font-weight:600}.win{font-weight:700;color:#1a7f37}.loss{font-weight:700;color:#b3261e}.se{color:#888;font-size:11px}"
        ".plots{display:grid;grid-template-columns:repeat(auto-fit,minmax(600px,1fr));gap:16px}.plots figure{margin:0;"
        "border:1px solid #eee}.plots svg{width:100%;height:auto;display:block}.meta{color:#555;font-size:13px}"
        "table.samples td,table.samples th,table.mc td:last-child,table.mc th:last-child{text-align:left;max-width:560px}.config{columns:4 280px;font-size:12px;"

@@ -1,6 +1,10 @@
 #include "report/tables.h"
 
+#include <algorithm>
 #include <cmath>
+#include <map>
+#include <utility>
+#include <vector>
 
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
@@ -61,11 +65,45 @@ std::string mean_pm(const Json& task, const std::string& key) {
   return absl::StrFormat("%.4f <span class=\"se\">± %.4f</span>", m.get<double>(), se.get<double>());
 }
 
-std::string p_value(const Json& task, const std::string& key) {
+// The direction of a paired test: model minus twin on that metric (the test's acc_diff, else the
+// two means), 0 when unknown.
+double paired_direction(const Json& task, const std::string& key, const std::string& metric_key) {
+  const Json d = at(at(task, key), "acc_diff");
+  if (d.is_number()) return d.get<double>();
+  const Json m = metric(task, metric_key), t = at(at(task, "twin"), metric_key);
+  return m.is_number() && t.is_number() ? m.get<double>() - t.get<double>() : 0.0;
+}
+
+// Holm's step-down correction of every p-value on the table (Holm 1979, "A simple sequentially
+// rejective multiple test procedure"): with 18 tests on a page one raw p below 0.05 is expected by
+// chance, so a cell is marked only when its adjusted p is below 0.05.
+std::map<std::string, double> holm_adjusted(const Json& tasks) {
+  std::vector<std::pair<double, std::string>> ps;
+  for (const auto& [name, t] : tasks.items())
+    for (const char* key : {"paired_acc", "paired_acc_norm"}) {
+      const Json p = at(at(t, key), "p_value");
+      if (p.is_number()) ps.emplace_back(p.get<double>(), name + "/" + key);
+    }
+  std::sort(ps.begin(), ps.end());
+  std::map<std::string, double> adjusted;
+  double running = 0;
+  for (size_t i = 0; i < ps.size(); ++i) {
+    running = std::max(running, std::min(1.0, static_cast<double>(ps.size() - i) * ps[i].first));
+    adjusted[ps[i].second] = running;
+  }
+  return adjusted;
+}
+
+// The raw p; marked "win" (model better) or "loss" (model worse) when Holm's adjusted p < 0.05.
+std::string p_value(const std::string& name, const Json& task, const std::string& key, const std::string& metric_key,
+                    const std::map<std::string, double>& adjusted) {
   const Json p = at(at(task, key), "p_value");
   if (!p.is_number()) return td(kMissing);
-  const double v = p.get<double>();
-  return td(absl::StrFormat("%.3g", v), v < 0.05 ? "sig" : "");
+  const auto it = adjusted.find(name + "/" + key);
+  const bool significant = it != adjusted.end() && it->second < 0.05;
+  const double dir = paired_direction(task, key, metric_key);
+  const std::string cls = !significant || dir == 0 ? "" : dir > 0 ? "win" : "loss";
+  return td(absl::StrFormat("%.3g", p.get<double>()), cls);
 }
 
 std::string mc_meta(const Json& j) {
@@ -83,7 +121,9 @@ std::string mc_meta(const Json& j) {
   if (!too_long.empty())
     s += " · not scored, longer than the model's context: " + html_escape(absl::StrJoin(too_long, ", ")) +
          " (n counts the scored)";
-  s += " · p: exact McNemar test of model vs twin on the same items (bold below 0.05)";
+  s += " · p: exact two-sided McNemar test of model vs twin on the same items, raw; marked only where Holm's "
+       "correction for the table's " + std::to_string(holm_adjusted(at(j, "tasks")).size()) +
+       " tests leaves it below 0.05: <span class=\"win\">model better</span>, <span class=\"loss\">model worse</span>";
   return "<p class=\"meta\">" + s + evaluation_note(j) + "</p>\n";
 }
 
@@ -125,12 +165,14 @@ std::string nll_table_html(const Json& j) {
 
 std::string mc_table_html(const Json& j) {
   std::string s = mc_meta(j) + "<table class=\"mc\">\n" + header_row(mc_columns());
+  const std::map<std::string, double> adjusted = holm_adjusted(at(j, "tasks"));
   for (const auto& [name, t] : at(j, "tasks").items()) {
     const Json acc = metric(t, "acc"), twin = at(at(t, "twin"), "acc");
     const Json diff = acc.is_number() && twin.is_number() ? Json(acc.get<double>() - twin.get<double>()) : Json();
     s += "<tr>" + td(html_escape(name)) + td(count(at(t, "n"))) + td(fixed(at(t, "chance"), 4)) +
          td(mean_pm(t, "acc"), "key") + td(mean_pm(t, "acc_norm")) + td(fixed(twin, 4)) + td(fixed(diff, 4)) +
-         p_value(t, "paired_acc") + p_value(t, "paired_acc_norm") + td(html_escape(t.value("split", std::string()))) +
+         p_value(name, t, "paired_acc", "acc", adjusted) +
+         p_value(name, t, "paired_acc_norm", "acc_norm", adjusted) + td(html_escape(t.value("split", std::string()))) +
          "</tr>\n";
   }
   return s + "</table>\n";

@@ -1,5 +1,6 @@
 #include "train/plan.h"
 
+#include <algorithm>
 #include <cctype>
 #include <cmath>
 
@@ -10,14 +11,18 @@
 namespace lm::train {
 
 double activation_bytes(const model::ModelConfig& c, int64_t batch, int64_t seq_len) {
-  // Bytes saved for backward per token, under bf16 autocast (2-byte activations; the residual
-  // stream and the RMSNorm inputs stay fp32). d = d_model, f = d_ff, kv = n_kv_heads·head_dim,
-  // a = n_heads, T = seq_len, V = vocab. Counted tensor by tensor from model/transformer.cpp:
-  //   attention: norm in 4d + norm out 2d, q/k/v 2(d+2kv), rotary in/out 4(d+kv), output and
-  //              o_proj input 4d; scores: softmax out (fp32) 4aT + bf16 probs 2aT for the reference
-  //              path, only a logsumexp 4a for the fused (flash) path of LibTorch >= 2
-  //   MLP:       norm 6d, gate/up/silu/product 8f
-  //   head:      final norm 6d, logits bf16 2V + fp32 copy 4V + log-softmax 4V, their gradient 6V
+  // Bytes saved for backward per token, under bf16 autocast, as a counting allocator sees a real
+  // step allocate them (tests/train/plan_memory_test.cpp varies d, kv, f, L and V one at a time:
+  // each coefficient below is the measured slope). d = d_model, f = d_ff, kv = n_kv_heads·head_dim,
+  // a = n_heads, T = seq_len, V = vocab.
+  //   attention: the fp32 residual into the norm 4d, its bf16 output 2d, rotated q 2d, k and v 4kv,
+  //              the output into o_proj 2d; the fused (flash) path keeps a log-sum-exp 4a, the
+  //              reference path the fp32 softmax 4aT and its bf16 copy 2aT
+  //   MLP:       the fp32 residual sum 4d and the norm's bf16 output 2d, gate and up 4f, their
+  //              SwiGLU product into down_proj 2f
+  //   head:      the final norm's fp32 input 4d and bf16 output 2d, and the logits' bf16 gradient
+  //              2V, which the chunked loss writes during the forward (model/transformer.cpp:
+  //              LinearCrossEntropy) instead of keeping fp32 logits and their softmax (16V)
   // Same method as Korthikanti et al. 2022 ("Reducing Activation Recomputation"), who get
   // 34d + 5aT for GPT-3 with dropout.
   const double d = static_cast<double>(c.d_model), f = static_cast<double>(c.d_ff);
@@ -25,8 +30,8 @@ double activation_bytes(const model::ModelConfig& c, int64_t batch, int64_t seq_
   const double T = static_cast<double>(seq_len), V = static_cast<double>(c.vocab_size);
   const bool fused = c.attention == "fused";
   const double scores = fused ? 4 * a : 6 * a * T;
-  const double per_layer = 6 * d + 2 * (d + 2 * kv) + 4 * (d + kv) + 4 * d + scores + 6 * d + 8 * f;
-  const double head = 6 * d + 16 * V + 4 * d;  // + the embedding output (fp32)
+  const double per_layer = 16 * d + 4 * kv + 6 * f + scores;
+  const double head = 6 * d + 2 * V;
   const double L = static_cast<double>(c.n_layers);
   return static_cast<double>(batch) * T * (L * per_layer + head);
 }
@@ -85,7 +90,15 @@ void set_batch_and_fit_args(const PlanRequest& req, const model::PresetTraining&
   p.step_tokens = per_micro * p.grad_accum;
   auto& a = p.fit_args;
   // --resume auto: the same command starts the run and continues it after a preemption.
-  a = {"--data", "/data/shards", "--preset", req.model.preset, "--out", "/runs/" + req.model.preset, "--resume", "auto"};
+  a = {"--data", "/data/shards", "--preset", req.model.preset};
+  if (!req.model_source.empty()) a.insert(a.end(), {"--config", req.model_source});
+  // The run is named after what it trains: the preset, or the config file's stem.
+  std::string name = req.model.preset;
+  if (!req.model_source.empty()) {
+    name = req.model_source.substr(req.model_source.find_last_of('/') + 1);
+    name = name.substr(0, name.rfind(".json"));
+  }
+  a.insert(a.end(), {"--out", "/runs/" + name, "--resume", "auto"});
   if (req.tokens != d.tokens) a.insert(a.end(), {"--tokens", number(req.tokens)});
   if (p.seq_len != d.seq_len) a.insert(a.end(), {"--seq-len", std::to_string(p.seq_len)});
   if (p.micro_batch != d.micro_batch) a.insert(a.end(), {"--micro-batch", std::to_string(p.micro_batch)});
@@ -102,21 +115,59 @@ std::string join(const std::vector<std::string>& args) {
 
 }  // namespace
 
-std::string fit_command(const Plan& p, const PlanRequest& req) {
-  const std::string launcher =
-      req.n_gpus > 1 ? absl::StrFormat("torchrun --no-python --nproc-per-node %d lmtrain fit", req.n_gpus)
-                     : std::string("lmtrain fit");
-  return launcher + join(p.fit_args);
+int nodes(const PlanRequest& req) {
+  const int per = std::max(1, req.gpus_per_node);
+  return (req.n_gpus + per - 1) / per;
 }
 
+namespace {
+
+// torchrun for more than one GPU: one node starts its ranks itself; several meet at node 0
+// through the c10d rendezvous (MASTER_ADDR: node 0's address, the same on every node).
+std::string launcher(const PlanRequest& req, const std::string& torchrun) {
+  if (req.n_gpus <= 1) return "lmtrain fit";
+  if (nodes(req) == 1)
+    return absl::StrFormat("%s --no-python --nproc-per-node %d lmtrain fit", torchrun, req.n_gpus);
+  return absl::StrFormat(
+      "%s --no-python --nnodes %d --nproc-per-node %d --rdzv-backend c10d --rdzv-endpoint \"$MASTER_ADDR:29500\" "
+      "--rdzv-id lmforge lmtrain fit",
+      torchrun, nodes(req), std::min(req.n_gpus, req.gpus_per_node));
+}
+
+}  // namespace
+
+std::string fit_command(const Plan& p, const PlanRequest& req) { return launcher(req, "torchrun") + join(p.fit_args); }
+
 std::string docker_command(const Plan& p, const PlanRequest& req) {
-  // docker/README.md: the image, /data and /runs volumes; torchrun from the image's venv.
-  const std::string launcher =
-      req.n_gpus > 1
-          ? absl::StrFormat("/opt/lmforge/venv/bin/torchrun --no-python --nproc-per-node %d lmtrain fit", req.n_gpus)
-          : std::string("lmtrain fit");
-  return "docker run --gpus all --ipc=host --stop-timeout 120 --rm -v \"$PWD/data:/data\" -v \"$PWD/runs:/runs\" "
-         "lmforge:cuda " + launcher + join(p.fit_args);
+  // docker/README.md: the image, /data and /runs volumes; torchrun from the image's venv. Several
+  // nodes: the host's network (NCCL and the rendezvous), /runs on a file system every node mounts.
+  return absl::StrFormat(
+      "docker run --gpus all --ipc=host%s --stop-timeout %d --rm -v \"$PWD/data:/data\" -v \"$PWD/runs:/runs\" "
+      "lmforge:cuda %s%s",
+      nodes(req) > 1 ? " --network host -e MASTER_ADDR" : "", stop_timeout_s(p),
+      launcher(req, "/opt/lmforge/venv/bin/torchrun"), join(p.fit_args));
+}
+
+std::string sbatch_script(const Plan& p, const PlanRequest& req) {
+  const int per_node = std::min(req.n_gpus, req.gpus_per_node);
+  std::string s = "#!/bin/bash\n";
+  s += absl::StrFormat("#SBATCH --job-name=lmforge-%s\n#SBATCH --nodes=%d\n#SBATCH --ntasks-per-node=1\n",
+                       req.model.preset, nodes(req));
+  s += absl::StrFormat("#SBATCH --gpus-per-node=%d\n#SBATCH --exclusive\n", per_node);
+  // SIGTERM this long before the time limit: fit writes a checkpoint and exits (docs/gpu.md).
+  s += absl::StrFormat("#SBATCH --signal=TERM@%d\n#SBATCH --requeue\n", stop_timeout_s(p));
+  s += "# /data and /runs must be on a file system every node mounts: fit refuses a run folder it\n"
+       "# cannot see from every rank. The same script starts the run and continues it (--resume auto).\n";
+  s += "export MASTER_ADDR=$(scontrol show hostnames \"$SLURM_JOB_NODELIST\" | head -n 1)\n";
+  s += "srun " + fit_command(p, req) + "\n";
+  return s;
+}
+
+double checkpoint_bytes(const Plan& p) { return 12.0 * static_cast<double>(p.params); }
+
+int stop_timeout_s(const Plan& p) {
+  const double s = kStopMarginS + checkpoint_bytes(p) / kCheckpointWriteBytesPerS;
+  return std::max(120, static_cast<int>(std::ceil(s / 10) * 10));
 }
 
 absl::StatusOr<Plan> make_plan(const PlanRequest& req) {
@@ -125,6 +176,12 @@ absl::StatusOr<Plan> make_plan(const PlanRequest& req) {
   if (!(req.mfu > 0 && req.mfu <= 1))
     return absl::InvalidArgumentError(absl::StrFormat("--mfu: a fraction in (0, 1], got %g (0.4 means 40%%)", req.mfu));
   if (req.n_gpus <= 0) return absl::InvalidArgumentError(absl::StrFormat("--gpus: must be positive, got %d", req.n_gpus));
+  if (req.gpus_per_node <= 0)
+    return absl::InvalidArgumentError(absl::StrFormat("--gpus-per-node: must be positive, got %d", req.gpus_per_node));
+  if (req.n_gpus > req.gpus_per_node && req.n_gpus % req.gpus_per_node != 0)
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "--gpus %d over nodes of %d GPUs leaves a node part-used: give a multiple of --gpus-per-node", req.n_gpus,
+        req.gpus_per_node));
   Plan p;
   const GpuSpec* g = gpu_by_name(req.gpu);
   if (g == nullptr && (req.peak_flops <= 0 || req.memory_bytes <= 0)) {
@@ -148,7 +205,9 @@ absl::StatusOr<Plan> make_plan(const PlanRequest& req) {
   fixed.weights = 4 * n;    // fp32 master weights
   fixed.grads = 4 * n;      // fp32 gradients
   fixed.optimizer = 8 * n;  // AdamW exp_avg + exp_avg_sq, fp32
-  const double budget = kUsableMemory * p.memory_per_gpu - fixed.weights - fixed.grads - fixed.optimizer;
+  fixed.weight_copies = 2 * static_cast<double>(p.matmul_params);  // bf16, cached by autocast
+  if (req.n_gpus > 1) fixed.grad_buckets = 4 * n;                 // train/grad_sync.cpp: Bucket::flat
+  const double budget = kUsableMemory * p.memory_per_gpu - fixed.fixed();
   for (int64_t t = 1; t <= 4096; t *= 2) {
     if (activation_bytes(req.model, t, p.seq_len) <= budget) p.max_micro_batch = t;
   }
@@ -188,8 +247,9 @@ std::string fit_line(const Plan& p) {
 std::string format_plan(const Plan& p, const PlanRequest& req) {
   auto gb = [](double b) { return absl::StrFormat("%.2f GB", b / 1e9); };
   std::string s;
+  const std::string name = req.model_source.empty() ? req.model.preset : req.model.preset + " + " + req.model_source;
   s += absl::StrFormat("model %s: %.1fM params (%.1fM in matmuls), d %d, %d layers, %d heads (%d kv), vocab %d\n",
-                       req.model.preset, p.params / 1e6, p.matmul_params / 1e6, req.model.d_model,
+                       name, p.params / 1e6, p.matmul_params / 1e6, req.model.d_model,
                        req.model.n_layers, req.model.n_heads, req.model.n_kv_heads, req.model.vocab_size);
   s += absl::StrFormat("compute: %.3g FLOPs/token (6N + 12·L·T·d at T = %d) × %.3g tokens = %.3g FLOPs\n",
                        p.flops_per_token, p.seq_len, req.tokens, p.total_flops);
@@ -197,19 +257,28 @@ std::string format_plan(const Plan& p, const PlanRequest& req) {
                        p.peak_flops / 1e12, p.memory_per_gpu / 1e9);
   s += absl::StrFormat("memory per GPU at micro-batch %d × %d (bf16 autocast, fp32 master weights, %s attention):\n",
                        p.micro_batch, p.seq_len, req.model.attention);
-  s += absl::StrFormat("  weights %s + grads %s + AdamW %s = %s\n", gb(p.memory.weights), gb(p.memory.grads),
-                       gb(p.memory.optimizer), gb(p.memory.weights + p.memory.grads + p.memory.optimizer));
+  s += absl::StrFormat("  weights %s + grads %s + AdamW %s + bf16 weight copies %s%s = %s\n", gb(p.memory.weights),
+                       gb(p.memory.grads), gb(p.memory.optimizer), gb(p.memory.weight_copies),
+                       p.memory.grad_buckets > 0 ? " + gradient buckets " + gb(p.memory.grad_buckets) : "",
+                       gb(p.memory.fixed()));
   s += absl::StrFormat("  activations %s -> total %s of %s usable (%.0f%% of %s)\n", gb(p.memory.activations),
                        gb(p.memory.total()), gb(kUsableMemory * p.memory_per_gpu), 100 * kUsableMemory,
                        gb(p.memory_per_gpu));
   s += fit_line(p);
   s += absl::StrFormat("batch: %d x %d x accum %d x %d GPU(s) = %d tokens per step\n", p.micro_batch, p.seq_len,
                        p.grad_accum, req.n_gpus, p.step_tokens);
-  s += absl::StrFormat("time at MFU %.1f%%: %.1f h (%.2f days)", 100 * req.mfu, p.seconds / 3600,
-                       p.seconds / 86400);
+  s += absl::StrFormat("time at MFU %.1f%% (%s): %.1f h (%.2f days)", 100 * req.mfu, req.mfu_source,
+                       p.seconds / 3600, p.seconds / 86400);
   if (req.price_per_hour > 0)
     s += absl::StrFormat("; cost at $%.2f/GPU-hour: $%.0f", req.price_per_hour, p.cost);
   s += "\n";
+  s += absl::StrFormat("checkpoint: %s (fp32 weights and AdamW's moments); a stop needs ~%d s to write it at "
+                       "%.1f GB/s (docker --stop-timeout, sbatch --signal)\n",
+                       gb(checkpoint_bytes(p)), stop_timeout_s(p), kCheckpointWriteBytesPerS / 1e9);
+  if (nodes(req) > 1)
+    s += absl::StrFormat("nodes: %d × %d GPUs; run the fit line on every node with MASTER_ADDR = node 0's address "
+                         "(or --sbatch FILE), /data and /runs on a file system all nodes mount\n",
+                         nodes(req), req.gpus_per_node);
   s += "fit: " + fit_command(p, req) + "\n";
   s += "docker: " + docker_command(p, req) + "\n";
   return s;

@@ -20,19 +20,31 @@ struct PlanRequest {
   int n_gpus = 1;
   int64_t seq_len = 0;       // 0 = the preset's training sequence (model::preset_training), at most max_seq_len
   int64_t micro_batch = 0;   // 0 = the preset's default when it fits, else the largest power of two that fits
-  double mfu = 0.4;          // assumed model FLOPs utilisation
+  double mfu = 0.4;          // model FLOPs utilisation the time and cost are priced at
+  // Where `mfu` comes from, said next to every time and cost: lmforge has no GPU measurement yet,
+  // so the default is an assumption, and a plan must not read as a promise.
+  std::string mfu_source = "assumed, not measured: no lmforge run on a GPU has been measured yet (bench/results)";
+  int gpus_per_node = 8;     // more GPUs than this: several nodes (torchrun --nnodes, sbatch)
+  std::string model_source;  // "" = the preset; else the config file the model comes from (fit --config)
   double price_per_hour = 0; // per GPU; 0 = no cost line
   double peak_flops = 0;     // override of the table's dense bf16 peak
   double memory_bytes = 0;   // override of the table's memory per GPU
 };
 
 // Bytes per GPU, mixed precision as lmtrain fit trains: fp32 master weights, fp32 grads,
-// AdamW's two fp32 moments, bf16 activations. lmforge has no activation checkpointing and no
-// sharding: every layer's activations of a micro-batch are held at once.
+// AdamW's two fp32 moments, the bf16 copies of the weights autocast keeps, data parallel's bucket
+// copy of the gradients, bf16 activations. Each term is checked against a counting allocator on a
+// real CPU step (tests/train/plan_memory_test.cpp). No activation checkpointing and no sharding
+// yet: every layer's activations of a micro-batch are held at once, every rank holds everything.
 struct MemoryEstimate {
   double weights = 0, grads = 0, optimizer = 0;
-  double activations = 0;  // for one micro-batch, every layer's saved tensors
-  double total() const { return weights + grads + optimizer + activations; }
+  // bf16 casts of every matmul weight: autocast caches them from the first micro-batch's forward
+  // until the step's last backward (Trainer::accumulate_gradients holds one AutocastGuard).
+  double weight_copies = 0;
+  double grad_buckets = 0;  // more than one GPU: GradSync's flat fp32 buckets, a copy of every gradient
+  double activations = 0;   // for one micro-batch, every layer's saved tensors
+  double fixed() const { return weights + grads + optimizer + weight_copies + grad_buckets; }
+  double total() const { return fixed() + activations; }
 };
 
 // The fraction of a GPU's memory a plan may fill; the rest is head-room for the allocator's
@@ -58,10 +70,21 @@ struct Plan {
   std::vector<std::string> fit_args;
 };
 
-// The command lines a renter runs: `lmtrain fit ...` (torchrun for > 1 GPU) and the same inside
+// The command lines a renter runs: `lmtrain fit ...` (torchrun for > 1 GPU; with more GPUs than
+// one node has, torchrun's c10d rendezvous on every node) and the same inside
 // `docker run --gpus all --ipc=host ...` with docker/README.md's image and volumes.
 std::string fit_command(const Plan& plan, const PlanRequest& req);
 std::string docker_command(const Plan& plan, const PlanRequest& req);
+// A Slurm batch file that runs fit_command on every node of a multi-node plan.
+std::string sbatch_script(const Plan& plan, const PlanRequest& req);
+int nodes(const PlanRequest& req);  // GPUs over gpus_per_node, rounded up
+
+// The bytes of one checkpoint (fp32 weights + AdamW's two moments) and the seconds a stop needs
+// to write it at kCheckpointWriteBytesPerS plus kStopMargin: what `docker run --stop-timeout` gets.
+inline constexpr double kCheckpointWriteBytesPerS = 0.5e9;  // a rented node's local NVMe, written by one rank
+inline constexpr double kStopMarginS = 30;
+double checkpoint_bytes(const Plan& plan);
+int stop_timeout_s(const Plan& plan);
 
 // Activation bytes for one micro-batch of `batch` × `seq_len` (formula in docs/performance.md).
 double activation_bytes(const model::ModelConfig& cfg, int64_t batch, int64_t seq_len);

@@ -750,7 +750,12 @@ TEST_F(ExportTest, ReportHasCurvesTablesSamplesAndPngs) {
              {"tasks", {{"copa", {{"n", 100}, {"chance", 0.5}, {"acc", 0.61}, {"acc_stderr", 0.049}, {"acc_norm", 0.58}, {"acc_norm_stderr", 0.05},
                                   {"split", "validation"}, {"twin", {{"acc", 0.49}}}, {"paired_acc", {{"p_value", 0.0123}}}, {"paired_acc_norm", {{"p_value", 0.31}}}}},
                         {"sib200_bn", {{"n", 40}, {"chance", 0.1429}, {"acc", 0.2}, {"acc_stderr", 0.06}, {"split", "test"},
-                                       {"skipped_too_long", 3}}}}}};
+                                       {"skipped_too_long", 3}}},
+                        // Worse than the twin at p 0.004 (a loss after Holm's correction: 4 × 0.004), and
+                        // a raw p of 0.03 that the correction leaves unmarked (2 × 0.03).
+                        {"winogrande", {{"n", 300}, {"chance", 0.5}, {"acc", 0.45}, {"acc_norm", 0.6}, {"split", "validation"},
+                                        {"twin", {{"acc", 0.55}, {"acc_norm", 0.5}}}, {"paired_acc", {{"p_value", 0.004}}},
+                                        {"paired_acc_norm", {{"p_value", 0.03}, {"acc_diff", 0.1}}}}}}}};
   LM_ASSERT_OK(write_json_file((run / "eval/nll.json").string(), nll));
   LM_ASSERT_OK(write_json_file((run / "eval/mc.json").string(), mc));
   auto rep = report::write_report(r.run_dir);
@@ -776,7 +781,8 @@ TEST_F(ExportTest, ReportHasCurvesTablesSamplesAndPngs) {
   EXPECT_EQ(table_row(html, "mc", 2), (std::vector<std::string>{"sib200_bn", "40", "0.1429", "0.2000 ± 0.0600", "–", "–", "–",
                                                                  "–", "–", "test"}));
   for (const char* needle : {"id=\"fertility\"", "3.25", "docs <b>stream</b>", "eval/nll-3f2a.json", "prefix <b>bos</b>",
-                             "no data for xcopa_bn", "<td class=\"sig\">0.0123</td>", "id=\"config\"", "Noto Sans Bengali",
+                             "no data for xcopa_bn", "<td class=\"win\">0.0123</td>",
+                             "<td class=\"loss\">0.004</td>", "<td>0.03</td>", "Holm's correction for the table's 4 tests", "id=\"config\"", "Noto Sans Bengali",
                              "&quot;seq_len&quot;: 16",  // the resolved config, HTML-escaped
                              "not scored, longer than the model's context: sib200_bn 3 (n counts the scored)"})
     EXPECT_NE(html.find(needle), std::string::npos) << needle;
@@ -848,6 +854,43 @@ TEST_F(ExportTest, PngMarkersAreTheSameSizeAlongASeries) {
   int most = 0;
   for (auto& [height, n] : runs_of_height) most = std::max(most, n);
   EXPECT_EQ(most, 5) << "marker heights (px): " << seen;
+}
+
+// Whether a TrueType font maps `cp` to a glyph: its cmap's Windows Unicode BMP subtable (format 4,
+// OpenType spec, "cmap — Character to Glyph Index Mapping Table").
+bool ttf_has_glyph(std::string_view ttf, uint32_t cp) {
+  auto u16 = [&](size_t o) { return static_cast<uint32_t>(static_cast<uint8_t>(ttf[o]) << 8 | static_cast<uint8_t>(ttf[o + 1])); };
+  auto u32 = [&](size_t o) { return u16(o) << 16 | u16(o + 2); };
+  size_t cmap = 0;
+  for (uint32_t i = 0, n = u16(4); i < n; ++i)
+    if (ttf.substr(12 + 16 * i, 4) == "cmap") cmap = u32(12 + 16 * i + 8);
+  if (cmap == 0) return false;
+  for (uint32_t i = 0, n = u16(cmap + 2); i < n; ++i) {
+    const size_t rec = cmap + 4 + 8 * i, sub = cmap + u32(rec + 4);
+    if (u16(rec) != 3 || u16(rec + 2) != 1 || u16(sub) != 4) continue;
+    const uint32_t segs = u16(sub + 6) / 2;
+    const size_t ends = sub + 14, starts = ends + 2 * segs + 2, deltas = starts + 2 * segs, ranges = deltas + 2 * segs;
+    for (uint32_t k = 0; k < segs; ++k) {
+      if (u16(ends + 2 * k) < cp) continue;
+      if (u16(starts + 2 * k) > cp) return false;
+      const uint32_t ro = u16(ranges + 2 * k);
+      if (ro == 0) return ((cp + u16(deltas + 2 * k)) & 0xFFFF) != 0;
+      const uint32_t g = u16(ranges + 2 * k + ro + 2 * (cp - u16(starts + 2 * k)));
+      return g != 0 && ((g + u16(deltas + 2 * k)) & 0xFFFF) != 0;
+    }
+  }
+  return false;
+}
+
+// Every Bengali sentence ends with a danda (U+0964, from the Devanagari block): the embedded font
+// has its glyphs, and its unicode-range must name them, or a machine without a Bengali font shows
+// a box at each sentence end (issue 41).
+TEST_F(ExportTest, EmbeddedBengaliFontCoversTheDanda) {
+  const std::string_view ttf = report::bengali_font_ttf();
+  for (uint32_t cp : {0x0964u, 0x0965u, 0x0995u}) EXPECT_TRUE(ttf_has_glyph(ttf, cp)) << std::hex << cp;
+  EXPECT_FALSE(ttf_has_glyph(ttf, 0x4E00)) << "a CJK ideograph: the cmap reader can say no";
+  const std::string face = report::bengali_font_face();
+  EXPECT_NE(face.find("unicode-range:U+0964-0965,U+0980-09FF,"), std::string::npos) << face.substr(face.size() - 120);
 }
 
 // A report that shows Bengali text (here the samples) embeds a Bengali font: a machine without

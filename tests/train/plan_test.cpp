@@ -3,6 +3,8 @@
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
+#include "absl/strings/str_cat.h"
+
 #include "model/config.h"
 #include "model/transformer.h"
 #include "train/device.h"
@@ -28,8 +30,13 @@ TEST(Plan, CountsAgreeWithTheModelForEveryPreset) {
     EXPECT_EQ(p->seq_len, seq) << name;
     EXPECT_DOUBLE_EQ(p->flops_per_token, model::train_flops_per_token(*cfg, seq)) << name;
     EXPECT_DOUBLE_EQ(p->total_flops, p->flops_per_token * req.tokens) << name;
-    // 16 bytes per parameter: fp32 weights, grads and two AdamW moments.
+    // 16 bytes per parameter: fp32 weights, grads and two AdamW moments; 2 per matmul weight: the
+    // bf16 copies autocast keeps; data parallel adds the fp32 bucket of every gradient.
     EXPECT_DOUBLE_EQ(p->memory.weights + p->memory.grads + p->memory.optimizer, 16.0 * p->params) << name;
+    EXPECT_DOUBLE_EQ(p->memory.weight_copies, 2.0 * p->matmul_params) << name;
+    EXPECT_EQ(p->memory.grad_buckets, 0) << name;
+    req.n_gpus = 8;
+    EXPECT_DOUBLE_EQ(make_plan(req)->memory.grad_buckets, 4.0 * p->params) << name;
   }
 }
 
@@ -81,7 +88,8 @@ TEST(Plan, MicroBatchThatFitsRespectsMemory) {
   auto p = make_plan(req);
   ASSERT_TRUE(p.ok());
   ASSERT_GT(p->max_micro_batch, 0);
-  const double fixed = 16.0 * p->params;
+  const double fixed = p->memory.fixed();
+  EXPECT_DOUBLE_EQ(fixed, 16.0 * p->params + 2.0 * p->matmul_params) << "one GPU: no gradient buckets";
   EXPECT_LE(fixed + activation_bytes(*cfg, p->max_micro_batch, 2048), 0.9 * 80e9);
   EXPECT_GT(fixed + activation_bytes(*cfg, 2 * p->max_micro_batch, 2048), 0.9 * 80e9);
   EXPECT_TRUE(p->fits);
@@ -99,7 +107,9 @@ TEST(Plan, AMicroBatchThatDoesNotFitIsSaidWithTheLargestThatDoes) {
   auto p = make_plan(req);
   ASSERT_TRUE(p.ok()) << p.status();
   EXPECT_FALSE(p->fits);
-  EXPECT_NEAR(p->memory.total() / 1e9, 249, 1) << "the total of the issue's report";
+  // 249 GB in the issue's report; 139 GB since the head's activations are counted as the chunked
+  // loss keeps them (2V bytes per token, not 16V).
+  EXPECT_NEAR(p->memory.total() / 1e9, 139, 1);
   const std::string text = format_plan(*p, req);
   EXPECT_NE(text.find("micro-batch 64 DOES NOT FIT; the largest power of two that fits is 16 (--micro-batch 16)"),
             std::string::npos) << text;
@@ -182,6 +192,104 @@ TEST(Plan, BadInputNamesTheFlag) {
 }  // namespace
 }  // namespace lm::train
 
+namespace lm::train {
+namespace {
+
+// OpenLLaMA-3B's shape (issue 39): plain DDP keeps everything on every GPU, ~85 GB at seq 2048.
+model::ModelConfig open_llama_3b() {
+  model::ModelConfig c = *model::preset("1b");
+  c.preset = "custom";
+  c.vocab_size = 32000;
+  c.d_model = 3200;
+  c.n_layers = 26;
+  c.n_heads = 32;
+  c.n_kv_heads = 32;
+  c.d_ff = 8640;
+  c.max_seq_len = 2048;
+  c.tie_embeddings = false;
+  return c;
+}
+
+TEST(Plan, ThreeBillionOnEightH100sIsNotPromisedUnderDdp) {
+  PlanRequest req;
+  req.model = open_llama_3b();
+  req.n_gpus = 8;
+  req.seq_len = 2048;
+  auto p = make_plan(req);
+  ASSERT_TRUE(p.ok()) << p.status();
+  EXPECT_EQ(p->max_micro_batch, 0) << format_plan(*p, req);
+  EXPECT_FALSE(p->fits);
+  EXPECT_GT(p->memory.total() / 1e9, 80) << "weights, grads, moments, bf16 copies and buckets of 3.4B parameters";
+}
+
+TEST(Plan, SeveralNodesGetARendezvousAndAnSbatchFile) {
+  PlanRequest req;
+  req.model = *model::preset("1b");
+  req.n_gpus = 32;
+  auto p = make_plan(req);
+  ASSERT_TRUE(p.ok()) << p.status();
+  EXPECT_EQ(nodes(req), 4);
+  const std::string fit = fit_command(*p, req);
+  EXPECT_EQ(fit.rfind("torchrun --no-python --nnodes 4 --nproc-per-node 8 --rdzv-backend c10d --rdzv-endpoint "
+                      "\"$MASTER_ADDR:29500\" --rdzv-id lmforge lmtrain fit --data", 0), 0u) << fit;
+  EXPECT_EQ(fit.find("--nproc-per-node 32"), std::string::npos) << "a single-node command for 32 GPUs";
+  const std::string docker = docker_command(*p, req);
+  EXPECT_NE(docker.find("--network host -e MASTER_ADDR"), std::string::npos) << docker;
+  const std::string sb = sbatch_script(*p, req);
+  for (const char* line : {"#SBATCH --nodes=4\n", "#SBATCH --gpus-per-node=8\n", "#SBATCH --requeue\n",
+                           "export MASTER_ADDR=$(scontrol show hostnames", "srun torchrun --no-python --nnodes 4"})
+    EXPECT_NE(sb.find(line), std::string::npos) << line << " in\n" << sb;
+  EXPECT_NE(format_plan(*p, req).find("nodes: 4 × 8 GPUs"), std::string::npos) << format_plan(*p, req);
+  req.n_gpus = 8;  // one node: no rendezvous
+  EXPECT_EQ(fit_command(*make_plan(req), req).rfind("torchrun --no-python --nproc-per-node 8 lmtrain fit", 0), 0u);
+  req.n_gpus = 12;  // a part-used node
+  EXPECT_NE(make_plan(req).status().message().find("--gpus-per-node"), std::string::npos);
+}
+
+TEST(Plan, TheStopTimeoutCoversWritingTheCheckpoint) {
+  PlanRequest req;
+  req.model = open_llama_3b();
+  req.model.n_layers = 64;  // ~7B: an 84 GB checkpoint
+  req.model.d_model = 4096;
+  req.model.n_heads = 32;
+  req.model.n_kv_heads = 32;
+  req.model.d_ff = 11008;
+  auto p = make_plan(req);
+  ASSERT_TRUE(p.ok()) << p.status();
+  EXPECT_GT(checkpoint_bytes(*p), 80e9);
+  EXPECT_GE(stop_timeout_s(*p), kStopMarginS + checkpoint_bytes(*p) / kCheckpointWriteBytesPerS);
+  EXPECT_GT(stop_timeout_s(*p), 120);
+  EXPECT_NE(docker_command(*p, req).find(absl::StrCat("--stop-timeout ", stop_timeout_s(*p), " ")), std::string::npos);
+  req.model = *model::preset("small");  // a small checkpoint keeps the floor
+  EXPECT_EQ(stop_timeout_s(*make_plan(req)), 120);
+}
+
+TEST(Plan, TheMfuSaysWhereItComesFrom) {
+  PlanRequest req;
+  req.model = *model::preset("400m");
+  auto p = make_plan(req);
+  ASSERT_TRUE(p.ok());
+  EXPECT_NE(format_plan(*p, req).find("time at MFU 40.0% (assumed, not measured"), std::string::npos)
+      << format_plan(*p, req);
+  req.mfu_source = "given with --mfu";
+  EXPECT_NE(format_plan(*p, req).find("(given with --mfu)"), std::string::npos);
+}
+
+TEST(Plan, AModelFromAConfigFileIsNamedAndTrainedFromIt) {
+  PlanRequest req;
+  req.model = *model::preset("400m");
+  req.model.n_layers = 32;
+  req.model_source = "configs/deep.json";
+  auto p = make_plan(req);
+  ASSERT_TRUE(p.ok());
+  EXPECT_NE(format_plan(*p, req).find("model 400m + configs/deep.json:"), std::string::npos) << format_plan(*p, req);
+  const std::string fit = fit_command(*p, req);
+  EXPECT_NE(fit.find("--preset 400m --config configs/deep.json --out /runs/deep "), std::string::npos) << fit;
+}
+
+}  // namespace
+}  // namespace lm::train
+
 // ---- The presets' GPU defaults and `lmtrain plan` agree (issue 22) -----------------------------
 
 namespace lm::train {
@@ -209,7 +317,11 @@ TrainConfig resolve_plan_fit_command(const Plan& plan, const model::ModelConfig&
   return tc;
 }
 
-TEST(PresetDefaults, GpuPresetsUseTheLargestMicroBatchThatFitsTheirGpu) {
+// The presets' micro-batches were sized by the plan's first, larger activation estimate (16V bytes
+// per token for the head). The counted one (plan_memory_test.cpp) lets 124m and 1b fit twice as
+// many sequences, but no lmforge step has run on a GPU yet: the presets stay where they are, which
+// fits with room, until a GPU measures the peak (issue 39) and they can be raised on evidence.
+TEST(PresetDefaults, GpuPresetsUseAMicroBatchThatFitsTheirGpu) {
   for (const char* name : {"124m", "400m", "1b"}) {
     const model::PresetTraining d = model::preset_training(name);
     PlanRequest req;
@@ -217,8 +329,9 @@ TEST(PresetDefaults, GpuPresetsUseTheLargestMicroBatchThatFitsTheirGpu) {
     req.gpu = d.hardware;
     auto p = make_plan(req);
     ASSERT_TRUE(p.ok()) << name << ": " << p.status();
-    // The preset's micro-batch is what fits an 80 GB H100 by plan's estimate, and twice it does not.
-    EXPECT_EQ(p->max_micro_batch, d.micro_batch) << name;
+    // The preset's micro-batch fits an 80 GB H100 by the plan's estimate, and wastes at most half of it.
+    EXPECT_GE(p->max_micro_batch, d.micro_batch) << name;
+    EXPECT_LE(p->max_micro_batch, 2 * d.micro_batch) << name;
     EXPECT_EQ(p->micro_batch, d.micro_batch) << name;
     EXPECT_EQ(d.seq_len, req.model.max_seq_len) << name;
     EXPECT_EQ(d.checkpoint_interval, 0) << name << ": GPU presets checkpoint by minutes";

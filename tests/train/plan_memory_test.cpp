@@ -1,0 +1,123 @@
+// lmtrain plan's memory terms against what a real step allocates: a counting CPU allocator
+// (counting_allocator.h) watches the model, bf16 autocast, autograd and AdamW do one training step
+// as Trainer::accumulate_gradients does it. Each term of the plan must be within 10% of the bytes
+// counted (issue 39: the plan had promised 3B on 8×H100 under DDP, which needs ~85 GB per GPU).
+#include <gtest/gtest.h>
+#include <torch/torch.h>
+
+#include <cstdio>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "model/config.h"
+#include "model/transformer.h"
+#include "tests/train/counting_allocator.h"
+#include "train/config.h"
+#include "train/device.h"
+#include "train/optim.h"
+#include "train/plan.h"
+
+namespace lm::train {
+namespace {
+
+// Models large enough that each term is megabytes (the allocator's small tensors vanish in them),
+// small enough for a test: GQA, the fused attention and the reference one (which keeps the
+// scores), and a second shape where d, kv, f and V all differ, so that no coefficient of the plan's
+// formula is right by accident (each was measured by varying one dimension at a time).
+std::vector<model::ModelConfig> counted_models() {
+  model::ModelConfig a;
+  a.vocab_size = 4096;
+  a.d_model = 256;
+  a.n_layers = 4;
+  a.n_heads = 4;
+  a.n_kv_heads = 2;
+  a.d_ff = 704;
+  a.max_seq_len = 256;
+  model::ModelConfig b = a;
+  b.vocab_size = 8192;
+  b.d_model = 384;
+  b.n_layers = 3;
+  b.n_heads = 6;
+  b.n_kv_heads = 6;
+  b.d_ff = 1024;
+  b.attention = "reference";
+  return {a, b};
+}
+
+void expect_within(double measured, double planned, const char* term) {
+  std::printf("  %-14s counted %8.2f MB, planned %8.2f MB (%+.1f%%)\n", term, measured / 1e6, planned / 1e6,
+              100 * (planned - measured) / measured);
+  EXPECT_NEAR(planned, measured, 0.1 * measured) << term << ": the plan is off by more than 10% of what a step allocates";
+}
+
+TEST(PlanMemory, EachTermIsWithinTenPercentOfACountedCpuStep) {
+  constexpr int64_t kSeq = 128;
+  for (const model::ModelConfig& cfg : counted_models()) {
+    SCOPED_TRACE(cfg.attention + " attention, d " + std::to_string(cfg.d_model));
+    PlanRequest req;
+    req.model = cfg;
+    req.seq_len = kSeq;
+    req.micro_batch = 2;
+    auto plan = make_plan(req);
+    ASSERT_TRUE(plan.ok()) << plan.status();
+    const MemoryEstimate& m = plan->memory;
+
+    torch::manual_seed(0);
+    testing::CountingCpuAllocator counter;
+    model::Transformer model(cfg, 1);
+    const int64_t weights = counter.live();
+    std::vector<std::pair<std::string, torch::Tensor>> params;
+    for (auto& p : model->named_parameters()) params.emplace_back(p.key(), p.value());
+    const int64_t before_opt = counter.live();
+    AdamW opt(params, TrainConfig{});
+    const int64_t optimizer = counter.live() - before_opt;
+    const torch::Device cpu(torch::kCPU);
+
+    // Forward under bf16 autocast at micro-batches 2 and 4, as Trainer::accumulate_gradients runs
+    // it: the difference is one micro-batch of 2's activations; the rest of the first forward is
+    // the weights' bf16 copies that autocast keeps until the step ends.
+    std::map<int64_t, int64_t> forward;
+    const int64_t before_grads = counter.live();
+    for (int64_t b : {2, 4}) {
+      auto window = torch::randint(cfg.vocab_size, {b, kSeq + 1}, torch::kInt64);
+      AutocastGuard ac(cpu, true);
+      const int64_t before = counter.live();
+      auto loss = model->loss(window);
+      forward[b] = counter.live() - before;
+      loss.backward();
+    }
+    const int64_t grads = counter.live() - before_grads;
+    const int64_t activations = forward[4] - forward[2];
+    const int64_t copies = forward[2] - activations;
+    opt.step(1e-3);
+
+    // A whole step at the plan's micro-batch from the state between steps (weights, moments, no
+    // gradients: zero_grad frees them): its peak is what the plan's total must cover.
+    opt.zero_grad();
+    counter.reset_peak();
+    {
+      auto window = torch::randint(cfg.vocab_size, {req.micro_batch, kSeq + 1}, torch::kInt64);
+      AutocastGuard ac(cpu, true);
+      model->loss(window).backward();
+    }
+    opt.step(1e-3);
+    const int64_t peak = counter.peak();
+
+    std::printf("plan vs a counted CPU step (bf16 autocast, %s attention, %lld params, micro-batch 2 x %lld):\n",
+                cfg.attention.c_str(), static_cast<long long>(plan->params), static_cast<long long>(kSeq));
+    expect_within(weights, m.weights, "weights");
+    expect_within(grads, m.grads, "grads");
+    expect_within(optimizer, m.optimizer, "optimizer");
+    expect_within(copies, m.weight_copies, "bf16 copies");
+    expect_within(activations, m.activations, "activations");
+    std::printf("  peak of a step %.2f MB; plan total %.2f MB\n", peak / 1e6, m.total() / 1e6);
+    // The total holds every gradient and every activation at once; a step frees activations while
+    // its gradients arrive (zero_grad freed the last ones), so its peak is below the sum, not far.
+    EXPECT_LE(peak, m.total()) << "a step needs more than the plan's total";
+    EXPECT_GE(peak, m.total() * 0.8) << "the plan's total is more than 20% above what a step needs";
+  }
+}
+
+}  // namespace
+}  // namespace lm::train
