@@ -22,6 +22,7 @@ struct PlanOptions {
   std::string gpu = "h100";
   int gpus = 1;
   int gpus_per_node = 8;
+  std::string recompute = "auto";
   std::string sbatch;
   int64_t seq = 0;
   int64_t micro_batch = 0;
@@ -71,8 +72,15 @@ absl::Status run_plan(const PlanOptions& o) {
   req.price_per_hour = o.price;
   req.peak_flops = o.peak_tflops * 1e12;
   req.memory_bytes = o.memory_gb * 1e9;
-  LM_ASSIGN_OR_RETURN(train::Plan plan, train::make_plan(req));
-  std::printf("%s", train::format_plan(plan, req).c_str());
+  std::string strategies;
+  train::Plan plan;
+  if (o.recompute == "auto") {
+    LM_ASSIGN_OR_RETURN(plan, train::make_cheapest_plan(req, &strategies));
+  } else {
+    req.recompute = o.recompute == "on";
+    LM_ASSIGN_OR_RETURN(plan, train::make_plan(req));
+  }
+  std::printf("%s%s", train::format_plan(plan, req).c_str(), strategies.c_str());
   if (!o.model_config.empty())
     std::printf("training settings: preset %s's (tokens, sequence, micro-batch, global batch: docs/gpu.md); the "
                 "file's \"train\" section is fit's, not read here: --tokens, --seq, --micro-batch change them\n",
@@ -113,6 +121,10 @@ void add_plan(CLI::App& app, Registry& reg) {
   sub->add_option("--gpus-per-node", o.gpus_per_node, "GPUs in one node: more --gpus means several nodes")
       ->capture_default_str();
   sub->add_option("--sbatch", o.sbatch, "write a Slurm batch file for a multi-node plan to this path");
+  sub->add_option("--recompute", o.recompute,
+                  "activation recompute per block: auto (only where plain data parallel does not fit), on, off")
+      ->check(CLI::IsMember({"auto", "on", "off"}))
+      ->capture_default_str();
   sub->add_option("--seq-len,--seq", o.seq, "sequence length (default: the preset's training sequence, docs/gpu.md)");
   sub->add_option("--micro-batch", o.micro_batch,
                   "micro-batch per GPU (default: the preset's when it fits, else the largest that fits)");

@@ -11,6 +11,7 @@
 #include <utility>
 
 #include "model/fused_ops.h"
+#include "model/recompute.h"
 
 namespace lm::model {
 
@@ -548,7 +549,15 @@ torch::Tensor TransformerImpl::hidden(const torch::Tensor& tokens) {
   // its add and norm then stay apart, so the CPU tests check the regrouping bit for bit).
   if ((cuda_add_norm_ || (cpu_add_norm_ && x.is_cpu())) && !model->layers->is_empty())
     return hidden_add_norm(x, cos, sin);
-  for (auto& layer : *model->layers) x = layer->as<BlockImpl>()->forward(x, cos, sin);
+  for (auto& layer : *model->layers) {
+    if (!recompute_) {
+      x = layer->as<BlockImpl>()->forward(x, cos, sin);
+      continue;
+    }
+    x = model::recompute([layer, cos, sin](const std::vector<torch::Tensor>& in) {
+          return std::vector<torch::Tensor>{layer->as<BlockImpl>()->forward(in[0], cos, sin)};
+        }, {x})[0];
+  }
   return model->norm(x);
 }
 
@@ -574,15 +583,33 @@ std::pair<torch::Tensor, torch::Tensor> add_norm(const torch::Tensor& resid, con
 torch::Tensor TransformerImpl::hidden_add_norm(torch::Tensor x, const torch::Tensor& cos, const torch::Tensor& sin) {
   auto& layers = *model->layers;
   const size_t L = layers.size();
-  const bool kernel = x.is_cuda() ? cuda_add_norm_ : cpu_add_norm_;
   auto normed = layers[0]->as<BlockImpl>()->input_layernorm(x);
   for (size_t l = 0; l < L; ++l) {
-    auto* block = layers[l]->as<BlockImpl>();
-    std::tie(x, normed) = add_norm(x, block->self_attn(normed, cos, sin), *block->post_attention_layernorm, kernel);
-    RMSNormImpl& next = l + 1 < L ? *layers[l + 1]->as<BlockImpl>()->input_layernorm : *model->norm;
-    std::tie(x, normed) = add_norm(x, block->mlp(normed), next, kernel);
+    if (!recompute_) {
+      std::tie(x, normed) = add_norm_block(l, x, normed, cos, sin);
+      continue;
+    }
+    // The model outlives the graph of its own step: `this` stays valid until backward has run.
+    auto out = model::recompute([this, l, cos, sin](const std::vector<torch::Tensor>& in) {
+      auto [next_x, next_normed] = add_norm_block(l, in[0], in[1], cos, sin);
+      return std::vector<torch::Tensor>{next_x, next_normed};
+    }, {x, normed});
+    x = out[0];
+    normed = out[1];
   }
   return normed;
+}
+
+std::pair<torch::Tensor, torch::Tensor> TransformerImpl::add_norm_block(size_t l, const torch::Tensor& x,
+                                                                        const torch::Tensor& normed,
+                                                                        const torch::Tensor& cos,
+                                                                        const torch::Tensor& sin) {
+  auto& layers = *model->layers;
+  const bool kernel = x.is_cuda() ? cuda_add_norm_ : cpu_add_norm_;
+  auto* block = layers[l]->as<BlockImpl>();
+  auto [mid, mid_normed] = add_norm(x, block->self_attn(normed, cos, sin), *block->post_attention_layernorm, kernel);
+  RMSNormImpl& next = l + 1 < layers.size() ? *layers[l + 1]->as<BlockImpl>()->input_layernorm : *model->norm;
+  return add_norm(mid, block->mlp(mid_normed), next, kernel);
 }
 
 torch::Tensor TransformerImpl::head(const torch::Tensor& h) {

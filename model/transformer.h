@@ -171,6 +171,10 @@ class TransformerImpl : public torch::nn::Module {
   void set_fused_rms_norm(bool on);
   // Switches loss() between the chunked linear_cross_entropy and the reference.
   void set_chunked_loss(bool on) { chunked_loss_ = on; }
+  // Activation recompute per block (model/recompute.h): each block keeps only its inputs for
+  // backward and runs its forward again there. Gradients are bit-identical either way.
+  void set_recompute(bool on) { recompute_ = on; }
+  bool recompute() const { return recompute_; }
   bool fused_attention() const;  // the first layer's switch (all layers share it)
   bool fused_rms_norm() const;
   bool chunked_loss() const { return chunked_loss_; }
@@ -214,10 +218,14 @@ class TransformerImpl : public torch::nn::Module {
  private:
   ModelConfig cfg_;
   bool chunked_loss_ = true;
+  bool recompute_ = false;
   bool cuda_swiglu_ = false, cuda_rope_ = false, cuda_add_norm_ = false;
   bool cpu_swiglu_ = true, cpu_rope_ = true, cpu_add_norm_ = true, cpu_xent_ = true, cpu_attention_ = true;
   // hidden() with each residual add fused into the RMSNorm after it.
   torch::Tensor hidden_add_norm(torch::Tensor x, const torch::Tensor& cos, const torch::Tensor& sin);
+  // Block l of the regrouped loop: (residual, its norm for block l) -> the same for block l + 1.
+  std::pair<torch::Tensor, torch::Tensor> add_norm_block(size_t l, const torch::Tensor& x, const torch::Tensor& normed,
+                                                         const torch::Tensor& cos, const torch::Tensor& sin);
 };
 TORCH_MODULE(Transformer);
 

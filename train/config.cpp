@@ -88,6 +88,8 @@ const std::vector<FlagAlias>& flag_aliases() {
       {"--dtype", "hardware.dtype", "auto (bf16 on cuda, fp32 on cpu), fp32 or bf16"},
       {"--device", "hardware.device", "auto (cuda when a GPU is visible), cpu or cuda"},
       {"--tf32", "hardware.tf32", "on|off: TF32 tensor cores for fp32 matmuls on cuda (default on)"},
+      {"--recompute", "hardware.recompute",
+       "on|off: recompute each block's activations in backward (less memory, one more forward; default off)"},
       {"--ddp-bucket-mb", "distributed.bucket_mb", "gradient all-reduce bucket cap in MiB (default 25)"}};
   return kAliases;
 }

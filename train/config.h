@@ -125,10 +125,14 @@ struct HardwareConfig {
   // (train/step_graph.h). One GPU only (off with data parallel and fault injection, said so).
   // Off until measured to help (docs/performance.md, "CUDA graphs").
   bool cuda_graphs = false;
+  // Activation recompute per block (model/recompute.h): a block keeps only its inputs for backward
+  // and runs its forward again there. Bit-identical gradients, so a resume may switch it.
+  bool recompute = false;
   template <class V>
   void visit(V& v) {
     v("device", device); v("dtype", dtype); v("tf32", tf32); v("threads", threads); v("sdpa_backend", sdpa_backend);
     v("cuda_kernels", cuda_kernels); v("fast_paths_off", fast_paths_off); v("cuda_graphs", cuda_graphs);
+    v("recompute", recompute);
   }
 };
 

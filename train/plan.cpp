@@ -10,7 +10,13 @@
 
 namespace lm::train {
 
-double activation_bytes(const model::ModelConfig& c, int64_t batch, int64_t seq_len) {
+double block_activation_bytes(const model::ModelConfig& c, int64_t batch, int64_t seq_len) {
+  // The layers' share of the difference, per layer, plus the inputs the recomputed block had kept.
+  const double layers = activation_bytes(c, batch, seq_len) - activation_bytes(c, batch, seq_len, /*recompute=*/true);
+  return layers / static_cast<double>(c.n_layers) + static_cast<double>(batch * seq_len) * 6.0 * static_cast<double>(c.d_model);
+}
+
+double activation_bytes(const model::ModelConfig& c, int64_t batch, int64_t seq_len, bool recompute) {
   // Bytes saved for backward per token, under bf16 autocast, as a counting allocator sees a real
   // step allocate them (tests/train/plan_memory_test.cpp varies d, kv, f, L and V one at a time:
   // each coefficient below is the measured slope). d = d_model, f = d_ff, kv = n_kv_heads·head_dim,
@@ -30,7 +36,9 @@ double activation_bytes(const model::ModelConfig& c, int64_t batch, int64_t seq_
   const double T = static_cast<double>(seq_len), V = static_cast<double>(c.vocab_size);
   const bool fused = c.attention == "fused";
   const double scores = fused ? 4 * a : 6 * a * T;
-  const double per_layer = 16 * d + 4 * kv + 6 * f + scores;
+  // With recompute a block keeps its inputs: the fp32 residual 4d and, in the regrouped add + norm
+  // loop the CPU runs (TransformerImpl::hidden_add_norm), its bf16 norm 2d.
+  const double per_layer = recompute ? 6 * d : 16 * d + 4 * kv + 6 * f + scores;
   const double head = 6 * d + 2 * V;
   const double L = static_cast<double>(c.n_layers);
   return static_cast<double>(batch) * T * (L * per_layer + head);
@@ -102,6 +110,7 @@ void set_batch_and_fit_args(const PlanRequest& req, const model::PresetTraining&
   if (req.tokens != d.tokens) a.insert(a.end(), {"--tokens", number(req.tokens)});
   if (p.seq_len != d.seq_len) a.insert(a.end(), {"--seq-len", std::to_string(p.seq_len)});
   if (p.micro_batch != d.micro_batch) a.insert(a.end(), {"--micro-batch", std::to_string(p.micro_batch)});
+  if (req.recompute) a.insert(a.end(), {"--recompute", "on"});
   // Without a preset batch (grad_accum 1), or when it does not divide: the accumulation itself.
   if (!exact || (d.batch_tokens == 0 && p.grad_accum != 1))
     a.insert(a.end(), {"--grad-accum", std::to_string(p.grad_accum)});
@@ -170,6 +179,14 @@ int stop_timeout_s(const Plan& p) {
   return std::max(120, static_cast<int>(std::ceil(s / 10) * 10));
 }
 
+namespace {
+// What a micro-batch adds on top of the fixed terms.
+double micro_batch_bytes(const PlanRequest& req, int64_t batch, int64_t seq_len) {
+  return activation_bytes(req.model, batch, seq_len, req.recompute) +
+         (req.recompute ? block_activation_bytes(req.model, batch, seq_len) : 0.0);
+}
+}  // namespace
+
 absl::StatusOr<Plan> make_plan(const PlanRequest& req) {
   LM_RETURN_IF_ERROR(model::validate(req.model));
   if (!(req.tokens > 0)) return absl::InvalidArgumentError(absl::StrFormat("--tokens: must be positive, got %g", req.tokens));
@@ -209,33 +226,38 @@ absl::StatusOr<Plan> make_plan(const PlanRequest& req) {
   if (req.n_gpus > 1) fixed.grad_buckets = 4 * n;                 // train/grad_sync.cpp: Bucket::flat
   const double budget = kUsableMemory * p.memory_per_gpu - fixed.fixed();
   for (int64_t t = 1; t <= 4096; t *= 2) {
-    if (activation_bytes(req.model, t, p.seq_len) <= budget) p.max_micro_batch = t;
+    if (micro_batch_bytes(req, t, p.seq_len) <= budget) p.max_micro_batch = t;
   }
   if (req.micro_batch > 0) {
     p.micro_batch = req.micro_batch;
-  } else if (activation_bytes(req.model, defaults.micro_batch, p.seq_len) <= budget) {
+  } else if (micro_batch_bytes(req, defaults.micro_batch, p.seq_len) <= budget) {
     p.micro_batch = defaults.micro_batch;
   } else {
     p.micro_batch = std::max<int64_t>(1, p.max_micro_batch);
   }
   set_batch_and_fit_args(req, defaults, p);
   p.memory = fixed;
-  p.memory.activations = activation_bytes(req.model, p.micro_batch, p.seq_len);
+  p.memory.activations = activation_bytes(req.model, p.micro_batch, p.seq_len, req.recompute);
+  if (req.recompute) p.memory.recompute_block = block_activation_bytes(req.model, p.micro_batch, p.seq_len);
   p.fits = p.memory.total() <= kUsableMemory * p.memory_per_gpu;
-  p.seconds = p.total_flops / (req.n_gpus * p.peak_flops * req.mfu);
+  // Recompute runs each block's forward again in backward: 8N instead of 6N per token of matmuls
+  // (the MFU stays counted on the model's 6N + 12·L·T·d, as it is reported).
+  const double executed = req.recompute ? 4.0 / 3.0 : 1.0;
+  p.seconds = executed * p.total_flops / (req.n_gpus * p.peak_flops * req.mfu);
   p.cost = req.price_per_hour * req.n_gpus * p.seconds / 3600.0;
   return p;
 }
 
 namespace {
 
-// Whether the micro-batch fits, and what does when it does not. lmforge has no activation
-// checkpointing or sharding to fall back on: the way out is a smaller micro-batch, a shorter
-// sequence, a smaller model or a larger GPU.
-std::string fit_line(const Plan& p) {
+// Whether the micro-batch fits, and what does when it does not: recompute where it is off, then
+// a smaller micro-batch, a shorter sequence, a smaller model or a larger GPU (lmforge has no
+// sharding yet).
+std::string fit_line(const Plan& p, const PlanRequest& req) {
   if (p.max_micro_batch == 0)
-    return "  DOES NOT FIT even at micro-batch 1 (lmforge has no activation checkpointing or sharding): use a "
-           "shorter --seq, a smaller model or a GPU with more memory\n";
+    return absl::StrFormat("  DOES NOT FIT even at micro-batch 1 (%s; lmforge has no sharding yet): use a shorter "
+                           "--seq, a smaller model or a GPU with more memory\n",
+                           req.recompute ? "with activation recompute" : "without activation recompute: --recompute on");
   if (!p.fits)
     return absl::StrFormat("  micro-batch %d DOES NOT FIT; the largest power of two that fits is %d (--micro-batch %d)\n",
                            p.micro_batch, p.max_micro_batch, p.max_micro_batch);
@@ -243,6 +265,31 @@ std::string fit_line(const Plan& p) {
 }
 
 }  // namespace
+
+absl::StatusOr<Plan> make_cheapest_plan(PlanRequest& req, std::string* strategies) {
+  PlanRequest plain = req, rc = req;
+  plain.recompute = false;
+  rc.recompute = true;
+  LM_ASSIGN_OR_RETURN(Plan a, make_plan(plain));
+  LM_ASSIGN_OR_RETURN(Plan b, make_plan(rc));
+  // Plain data parallel costs nothing extra: it is the choice whenever it fits the micro-batch asked
+  // for (or the preset's), or at least kUsefulMicroBatch sequences, which keep a GPU busy; the
+  // rest of the global batch comes from accumulation. Recompute costs a forward per block (a third
+  // more matmul FLOPs): worth it only below that, and only where it fits more.
+  const int64_t wanted = req.micro_batch > 0 ? req.micro_batch : model::preset_training(req.model.preset).micro_batch;
+  const bool use_rc = a.max_micro_batch < std::min<int64_t>(wanted, kUsefulMicroBatch) &&
+                      b.max_micro_batch > a.max_micro_batch;
+  req.recompute = use_rc;
+  auto row = [](const char* name, const Plan& p, const char* cost) {
+    return absl::StrFormat("  %-22s largest micro-batch %s; %.2f GB at micro-batch %d; %s\n", name,
+                           p.max_micro_batch == 0 ? std::string("none fits") : std::to_string(p.max_micro_batch),
+                           p.memory.total() / 1e9, p.micro_batch, cost);
+  };
+  *strategies = absl::StrFormat("strategies (chosen: %s):\n", use_rc ? "data parallel + recompute" : "data parallel");
+  *strategies += row("data parallel", a, "no extra cost");
+  *strategies += row("+ recompute per block", b, "one more forward per block: ~1.33x step time (--recompute on)");
+  return use_rc ? b : a;
+}
 
 std::string format_plan(const Plan& p, const PlanRequest& req) {
   auto gb = [](double b) { return absl::StrFormat("%.2f GB", b / 1e9); };
@@ -261,10 +308,14 @@ std::string format_plan(const Plan& p, const PlanRequest& req) {
                        gb(p.memory.grads), gb(p.memory.optimizer), gb(p.memory.weight_copies),
                        p.memory.grad_buckets > 0 ? " + gradient buckets " + gb(p.memory.grad_buckets) : "",
                        gb(p.memory.fixed()));
-  s += absl::StrFormat("  activations %s -> total %s of %s usable (%.0f%% of %s)\n", gb(p.memory.activations),
+  if (p.memory.recompute_block > 0)
+    s += absl::StrFormat("  recompute per block: the blocks' inputs %s + one block rebuilt in backward %s\n",
+                         gb(p.memory.activations), gb(p.memory.recompute_block));
+  s += absl::StrFormat("  activations %s -> total %s of %s usable (%.0f%% of %s)\n",
+                       gb(p.memory.activations + p.memory.recompute_block),
                        gb(p.memory.total()), gb(kUsableMemory * p.memory_per_gpu), 100 * kUsableMemory,
                        gb(p.memory_per_gpu));
-  s += fit_line(p);
+  s += fit_line(p, req);
   s += absl::StrFormat("batch: %d x %d x accum %d x %d GPU(s) = %d tokens per step\n", p.micro_batch, p.seq_len,
                        p.grad_accum, req.n_gpus, p.step_tokens);
   s += absl::StrFormat("time at MFU %.1f%% (%s): %.1f h (%.2f days)", 100 * req.mfu, req.mfu_source,

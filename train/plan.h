@@ -26,6 +26,7 @@ struct PlanRequest {
   std::string mfu_source = "assumed, not measured: no lmforge run on a GPU has been measured yet (bench/results)";
   int gpus_per_node = 8;     // more GPUs than this: several nodes (torchrun --nnodes, sbatch)
   std::string model_source;  // "" = the preset; else the config file the model comes from (fit --config)
+  bool recompute = false;    // activation recompute per block (fit --recompute on)
   double price_per_hour = 0; // per GPU; 0 = no cost line
   double peak_flops = 0;     // override of the table's dense bf16 peak
   double memory_bytes = 0;   // override of the table's memory per GPU
@@ -42,9 +43,10 @@ struct MemoryEstimate {
   // until the step's last backward (Trainer::accumulate_gradients holds one AutocastGuard).
   double weight_copies = 0;
   double grad_buckets = 0;  // more than one GPU: GradSync's flat fp32 buckets, a copy of every gradient
-  double activations = 0;   // for one micro-batch, every layer's saved tensors
+  double activations = 0;   // for one micro-batch, every layer's saved tensors (with recompute: their inputs)
+  double recompute_block = 0;  // recompute: the one block whose activations backward rebuilds at a time
   double fixed() const { return weights + grads + optimizer + weight_copies + grad_buckets; }
-  double total() const { return fixed() + activations; }
+  double total() const { return fixed() + activations + recompute_block; }
 };
 
 // The fraction of a GPU's memory a plan may fill; the rest is head-room for the allocator's
@@ -86,8 +88,11 @@ inline constexpr double kStopMarginS = 30;
 double checkpoint_bytes(const Plan& plan);
 int stop_timeout_s(const Plan& plan);
 
-// Activation bytes for one micro-batch of `batch` × `seq_len` (formula in docs/performance.md).
-double activation_bytes(const model::ModelConfig& cfg, int64_t batch, int64_t seq_len);
+// Activation bytes for one micro-batch of `batch` × `seq_len` (formula in docs/distributed.md);
+// with `recompute`, what the forward keeps: each block's inputs and the head's tensors.
+double activation_bytes(const model::ModelConfig& cfg, int64_t batch, int64_t seq_len, bool recompute = false);
+// One block's saved tensors for a micro-batch: what recompute rebuilds in backward, one at a time.
+double block_activation_bytes(const model::ModelConfig& cfg, int64_t batch, int64_t seq_len);
 
 // The GPU a --gpu name means: a row of train/device.cpp's table (the one the trainer's MFU reads
 // at run time) by its plan name (gpu_names(): h100-pcie, ...; any case, '_' or ' ' for '-',
@@ -98,6 +103,12 @@ std::vector<std::string> gpu_names();
 
 // Errors: unknown GPU (names the known ones), non-positive tokens/mfu (InvalidArgument).
 absl::StatusOr<Plan> make_plan(const PlanRequest& req);
+
+// The cheapest memory strategy that fits, for an `auto` choice: plain data parallel when its
+// micro-batch fits, else with activation recompute (req.recompute is set to the choice).
+// `strategies` gets one line per strategy with its largest micro-batch, memory and cost.
+absl::StatusOr<Plan> make_cheapest_plan(PlanRequest& req, std::string* strategies);
+inline constexpr int64_t kUsefulMicroBatch = 4;  // sequences per GPU that keep it busy (seq ~2048)
 
 // MFU that a finished run implies: tokens × FLOPs/token / (hours × GPUs × peak).
 double implied_mfu(double tokens, double flops_per_token, double hours, int n_gpus, double peak_flops);

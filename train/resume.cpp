@@ -21,6 +21,7 @@ ResumeRule resume_rule(const std::string& field) {
       "train.hardware.cuda_kernels",  // a kernel checked against its reference: rounding only
       "train.hardware.fast_paths_off",  // the same, the other way
       "train.hardware.cuda_graphs",     // the same kernels, launched by a replay
+      "train.hardware.recompute",       // the same arithmetic, run again in backward: bit-identical
       "train.checkpoint.interval", "train.checkpoint.minutes", "train.checkpoint.keep_last",
       "train.checkpoint.at_end"};
   return kInvocation.count(field) ? ResumeRule::kInvocation : ResumeRule::kFixed;

@@ -206,6 +206,7 @@ absl::Status Trainer::build_model() {
   if (device_.is_cuda()) model::set_sdpa_backend(tc_.hardware.sdpa_backend);
   torch::manual_seed(tc_.seed);
   model_ = model::Transformer(req_.model, tc_.seed);  // initialised once, from train.seed
+  model_->set_recompute(tc_.hardware.recompute);
   if (tc_.hardware.cuda_kernels) {
     if (!model_->set_cuda_kernels(true))
       return absl::FailedPreconditionError(

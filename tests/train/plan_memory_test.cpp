@@ -45,10 +45,67 @@ std::vector<model::ModelConfig> counted_models() {
   return {a, b};
 }
 
+struct Counted {
+  int64_t weights = 0, grads = 0, optimizer = 0, copies = 0, activations = 0, peak = 0;
+};
+
+// One model's terms, counted: built, given AdamW, stepped twice under bf16 autocast.
+Counted count_step(const model::ModelConfig& cfg, bool recompute, int64_t seq, int64_t micro_batch) {
+  Counted c;
+  torch::manual_seed(0);
+  testing::CountingCpuAllocator counter;
+  model::Transformer model(cfg, 1);
+  model->set_recompute(recompute);
+  c.weights = counter.live();
+  std::vector<std::pair<std::string, torch::Tensor>> params;
+  for (auto& p : model->named_parameters()) params.emplace_back(p.key(), p.value());
+  const int64_t before_opt = counter.live();
+  AdamW opt(params, TrainConfig{});
+  c.optimizer = counter.live() - before_opt;
+  const torch::Device cpu(torch::kCPU);
+  // Forward under bf16 autocast at micro-batches 2 and 4, as Trainer::accumulate_gradients runs
+  // it: the difference is one micro-batch of 2's activations; the rest of the first forward is
+  // the weights' bf16 copies that autocast keeps until the step ends.
+  std::map<int64_t, int64_t> forward;
+  const int64_t before_grads = counter.live();
+  for (int64_t b : {2, 4}) {
+    auto window = torch::randint(cfg.vocab_size, {b, seq + 1}, torch::kInt64);
+    AutocastGuard ac(cpu, true);
+    const int64_t before = counter.live();
+    auto loss = model->loss(window);
+    forward[b] = counter.live() - before;
+    loss.backward();
+  }
+  c.grads = counter.live() - before_grads;
+  c.activations = forward[4] - forward[2];
+  c.copies = forward[2] - c.activations;
+  opt.step(1e-3);
+  // A whole step at the plan's micro-batch from the state between steps (weights, moments, no
+  // gradients: zero_grad frees them): its peak is what the plan's total must cover.
+  opt.zero_grad();
+  counter.reset_peak();
+  {
+    auto window = torch::randint(cfg.vocab_size, {micro_batch, seq + 1}, torch::kInt64);
+    AutocastGuard ac(cpu, true);
+    model->loss(window).backward();
+  }
+  opt.step(1e-3);
+  c.peak = counter.peak();
+  return c;
+}
+
 void expect_within(double measured, double planned, const char* term) {
   std::printf("  %-14s counted %8.2f MB, planned %8.2f MB (%+.1f%%)\n", term, measured / 1e6, planned / 1e6,
               100 * (planned - measured) / measured);
   EXPECT_NEAR(planned, measured, 0.1 * measured) << term << ": the plan is off by more than 10% of what a step allocates";
+}
+
+void expect_total_covers_peak(const Counted& c, const MemoryEstimate& m) {
+  std::printf("  peak of a step %.2f MB; plan total %.2f MB\n", c.peak / 1e6, m.total() / 1e6);
+  // The total holds every gradient and every activation at once; a step frees activations while
+  // its gradients arrive (zero_grad freed the last ones), so its peak is below the sum, not far.
+  EXPECT_LE(c.peak, m.total()) << "a step needs more than the plan's total";
+  EXPECT_GE(c.peak, m.total() * 0.8) << "the plan's total is more than 20% above what a step needs";
 }
 
 TEST(PlanMemory, EachTermIsWithinTenPercentOfACountedCpuStep) {
@@ -62,61 +119,36 @@ TEST(PlanMemory, EachTermIsWithinTenPercentOfACountedCpuStep) {
     auto plan = make_plan(req);
     ASSERT_TRUE(plan.ok()) << plan.status();
     const MemoryEstimate& m = plan->memory;
-
-    torch::manual_seed(0);
-    testing::CountingCpuAllocator counter;
-    model::Transformer model(cfg, 1);
-    const int64_t weights = counter.live();
-    std::vector<std::pair<std::string, torch::Tensor>> params;
-    for (auto& p : model->named_parameters()) params.emplace_back(p.key(), p.value());
-    const int64_t before_opt = counter.live();
-    AdamW opt(params, TrainConfig{});
-    const int64_t optimizer = counter.live() - before_opt;
-    const torch::Device cpu(torch::kCPU);
-
-    // Forward under bf16 autocast at micro-batches 2 and 4, as Trainer::accumulate_gradients runs
-    // it: the difference is one micro-batch of 2's activations; the rest of the first forward is
-    // the weights' bf16 copies that autocast keeps until the step ends.
-    std::map<int64_t, int64_t> forward;
-    const int64_t before_grads = counter.live();
-    for (int64_t b : {2, 4}) {
-      auto window = torch::randint(cfg.vocab_size, {b, kSeq + 1}, torch::kInt64);
-      AutocastGuard ac(cpu, true);
-      const int64_t before = counter.live();
-      auto loss = model->loss(window);
-      forward[b] = counter.live() - before;
-      loss.backward();
-    }
-    const int64_t grads = counter.live() - before_grads;
-    const int64_t activations = forward[4] - forward[2];
-    const int64_t copies = forward[2] - activations;
-    opt.step(1e-3);
-
-    // A whole step at the plan's micro-batch from the state between steps (weights, moments, no
-    // gradients: zero_grad frees them): its peak is what the plan's total must cover.
-    opt.zero_grad();
-    counter.reset_peak();
-    {
-      auto window = torch::randint(cfg.vocab_size, {req.micro_batch, kSeq + 1}, torch::kInt64);
-      AutocastGuard ac(cpu, true);
-      model->loss(window).backward();
-    }
-    opt.step(1e-3);
-    const int64_t peak = counter.peak();
-
+    const Counted c = count_step(cfg, false, kSeq, req.micro_batch);
     std::printf("plan vs a counted CPU step (bf16 autocast, %s attention, %lld params, micro-batch 2 x %lld):\n",
                 cfg.attention.c_str(), static_cast<long long>(plan->params), static_cast<long long>(kSeq));
-    expect_within(weights, m.weights, "weights");
-    expect_within(grads, m.grads, "grads");
-    expect_within(optimizer, m.optimizer, "optimizer");
-    expect_within(copies, m.weight_copies, "bf16 copies");
-    expect_within(activations, m.activations, "activations");
-    std::printf("  peak of a step %.2f MB; plan total %.2f MB\n", peak / 1e6, m.total() / 1e6);
-    // The total holds every gradient and every activation at once; a step frees activations while
-    // its gradients arrive (zero_grad freed the last ones), so its peak is below the sum, not far.
-    EXPECT_LE(peak, m.total()) << "a step needs more than the plan's total";
-    EXPECT_GE(peak, m.total() * 0.8) << "the plan's total is more than 20% above what a step needs";
+    expect_within(c.weights, m.weights, "weights");
+    expect_within(c.grads, m.grads, "grads");
+    expect_within(c.optimizer, m.optimizer, "optimizer");
+    expect_within(c.copies, m.weight_copies, "bf16 copies");
+    expect_within(c.activations, m.activations, "activations");
+    expect_total_covers_peak(c, m);
   }
+}
+
+// With recompute the forward keeps each block's inputs and the head's tensors; backward rebuilds
+// one block at a time (recompute_block), and autocast's bf16 weight copies are made there.
+TEST(PlanMemory, RecomputeTermsAreWithinTenPercentOfACountedCpuStep) {
+  constexpr int64_t kSeq = 128;
+  const model::ModelConfig cfg = counted_models()[0];
+  PlanRequest req;
+  req.model = cfg;
+  req.seq_len = kSeq;
+  req.micro_batch = 2;
+  req.recompute = true;
+  auto plan = make_plan(req);
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  const Counted c = count_step(cfg, true, kSeq, req.micro_batch);
+  std::printf("plan vs a counted CPU step with recompute (micro-batch 2 x %lld):\n", static_cast<long long>(kSeq));
+  expect_within(c.activations, plan->memory.activations, "block inputs");
+  const Counted without = count_step(cfg, false, kSeq, req.micro_batch);
+  EXPECT_LT(c.activations * 2, without.activations) << "recompute must at least halve what the forward keeps";
+  expect_total_covers_peak(c, plan->memory);
 }
 
 }  // namespace

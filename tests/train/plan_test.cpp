@@ -129,8 +129,8 @@ TEST(Plan, AMicroBatchThatDoesNotFitIsSaidWithTheLargestThatDoes) {
   EXPECT_NE(format_plan(*p, req).find("DOES NOT FIT even at micro-batch 1"), std::string::npos) << format_plan(*p, req);
 }
 
-TEST(Plan, NoActivationCheckpointingIsPromised) {
-  // lmforge has no activation checkpointing: the plan must not count on it or offer it.
+TEST(Plan, NoShardingIsPromised) {
+  // lmforge has activation recompute but no sharding: the plan must not count on it or offer it.
   for (const char* gpu : {"h100", "4090"}) {
     PlanRequest req;
     req.model = *model::preset("1b");
@@ -139,11 +139,34 @@ TEST(Plan, NoActivationCheckpointingIsPromised) {
     ASSERT_TRUE(p.ok());
     const std::string text = format_plan(*p, req);
     size_t at = 0;
-    while ((at = text.find("checkpointing", at)) != std::string::npos) {
-      EXPECT_EQ(text.substr(at - 18, 18), "has no activation ") << gpu << ":\n" << text;
+    while ((at = text.find("sharding", at)) != std::string::npos) {
+      EXPECT_EQ(text.substr(at - 7, 7), "has no ") << gpu << ":\n" << text;
       ++at;
     }
   }
+}
+
+TEST(Plan, RecomputeIsChosenOnlyWherePlainDataParallelDoesNotFit) {
+  PlanRequest req;
+  req.model = *model::preset("400m");
+  std::string strategies;
+  auto p = make_cheapest_plan(req, &strategies);  // an 80 GB H100: the preset's micro-batch fits
+  ASSERT_TRUE(p.ok()) << p.status();
+  EXPECT_FALSE(req.recompute) << strategies;
+  EXPECT_NE(strategies.find("chosen: data parallel)"), std::string::npos) << strategies;
+  req.model = *model::preset("1b");
+  req.gpu = "4090";  // 24 GB: plain fits 1 sequence of 2048, recompute more
+  p = make_cheapest_plan(req, &strategies);
+  ASSERT_TRUE(p.ok()) << p.status();
+  EXPECT_TRUE(req.recompute) << strategies;
+  EXPECT_TRUE(p->fits) << format_plan(*p, req);
+  EXPECT_GT(p->memory.recompute_block, 0);
+  EXPECT_NE(fit_command(*p, req).find("--recompute on"), std::string::npos) << fit_command(*p, req);
+  EXPECT_NE(strategies.find("~1.33x step time"), std::string::npos) << strategies;
+  // The time counts the extra forward.
+  PlanRequest off = req;
+  off.recompute = false;
+  EXPECT_NEAR(p->seconds / make_plan(off)->seconds, 4.0 / 3.0, 1e-9);
 }
 
 TEST(Plan, H100VariantsHaveTheirOwnPeaksAndMemoryAsAtRunTime) {
