@@ -313,7 +313,7 @@ absl::StatusOr<HfCheckpointInfo> inspect_hf_checkpoint(const std::string& dir) {
 
 absl::StatusOr<Transformer> import_hf(const std::string& dir) {
   LM_ASSIGN_OR_RETURN(ModelConfig cfg, read_hf_config(dir));
-  Transformer m(cfg);
+  Transformer m(cfg, 0, /*draw_weights=*/false);  // every parameter is loaded below
   LM_RETURN_IF_ERROR(load_hf_weights(dir, m));
   return m;
 }

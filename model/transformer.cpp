@@ -441,13 +441,13 @@ DecoderImpl::DecoderImpl(const ModelConfig& cfg) {
   norm = register_module("norm", RMSNorm(cfg.d_model, cfg.norm_eps));
 }
 
-TransformerImpl::TransformerImpl(const ModelConfig& cfg, uint64_t seed) : cfg_(cfg) {
+TransformerImpl::TransformerImpl(const ModelConfig& cfg, uint64_t seed, bool draw_weights) : cfg_(cfg) {
   model = register_module("model", Decoder(cfg));
   if (!cfg.tie_embeddings) {
     lm_head = register_module(
         "lm_head", torch::nn::Linear(torch::nn::LinearOptions(cfg.d_model, cfg.vocab_size).bias(false)));
   }
-  init_weights(seed);
+  if (draw_weights) init_weights(seed);
 }
 
 namespace {

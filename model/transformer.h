@@ -151,8 +151,11 @@ TORCH_MODULE(Decoder);
 
 class TransformerImpl : public torch::nn::Module {
  public:
-  // The weights are drawn once, by init_weights(seed) (lmtrain fit passes train.seed).
-  explicit TransformerImpl(const ModelConfig& cfg, uint64_t seed = 0);
+  // The weights are drawn once, by init_weights(seed) (lmtrain fit passes train.seed); with
+  // draw_weights false they keep LibTorch's module defaults, for a caller that overwrites every
+  // one (model/hf_import.h: drawing a 1B model's weights took seconds and a temporary of the
+  // largest matrix).
+  explicit TransformerImpl(const ModelConfig& cfg, uint64_t seed = 0, bool draw_weights = true);
 
   // tokens: [B, T] int64 -> logits [B, T, V] (fp32 unless autocast says otherwise)
   torch::Tensor forward(const torch::Tensor& tokens);
