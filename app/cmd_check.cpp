@@ -1,4 +1,8 @@
-// lmtrain check: the verification core on a preset, or --dry-run for sizes and FLOPs.
+// lmtrain check: the verification core on a preset, or --dry-run for sizes and FLOPs; --hf DIR
+// imports a Hugging Face checkpoint folder (model/hf_import.h) and checks it.
+#include <sys/resource.h>
+
+#include <chrono>
 #include <cstdio>
 
 #include "absl/strings/str_format.h"
@@ -8,6 +12,7 @@
 #include "core/log.h"
 #include "runtime/runtime.h"
 #include "model/config.h"
+#include "model/hf_import.h"
 #include "model/verify.h"
 
 namespace lm::app {
@@ -16,6 +21,7 @@ namespace {
 struct CheckOptions {
   std::string preset = "tiny";
   std::string model_config;
+  std::string hf;  // a Hugging Face checkpoint folder instead of a preset
   std::string device = "auto";  // as fit and lmeval: cuda when a CUDA device is visible, else cpu
   int64_t vocab_size = 0;
   int64_t seq = 0;
@@ -36,7 +42,49 @@ void print_sizes(const model::ModelConfig& c, int64_t seq) {
               16.0 * n / (1024.0 * 1024 * 1024));
 }
 
+double peak_rss_gib() {
+  struct rusage ru {};
+  getrusage(RUSAGE_SELF, &ru);
+  return static_cast<double>(ru.ru_maxrss) / (1024.0 * 1024.0);  // Linux: KiB
+}
+
+void print_hf_summary(const std::string& dir, const model::HfCheckpointInfo& info) {
+  const model::ModelConfig& c = info.config;
+  std::printf("checkpoint %s: %s, %zu weight file(s), %.3f GiB stored as %s, %ld tensors\n", dir.c_str(),
+              info.architecture.c_str(), info.weight_files.size(), info.file_bytes / (1024.0 * 1024 * 1024),
+              info.stored_dtypes.c_str(), info.tensors);
+  std::printf("  head_dim %ld, rope theta %g%s, q/k/v bias %s, context %ld\n", c.head_dim(), c.rope_theta,
+              c.rope_scaling.type == "llama3"
+                  ? absl::StrFormat(" llama3 (factor %g, low %g, high %g, original context %d)", c.rope_scaling.factor,
+                                    c.rope_scaling.low_freq_factor, c.rope_scaling.high_freq_factor,
+                                    c.rope_scaling.original_max_position_embeddings).c_str()
+                  : "",
+              c.attention_bias ? "yes" : "no", c.max_seq_len);
+}
+
+// --hf: the checkpoint's summary, its weights loaded (time, peak memory), a forward, the fast paths.
+absl::Status check_hf(const CheckOptions& o) {
+  LM_ASSIGN_OR_RETURN(model::HfCheckpointInfo info, model::inspect_hf_checkpoint(o.hf));
+  print_hf_summary(o.hf, info);
+  const int64_t seq = o.seq > 0 ? o.seq : std::min<int64_t>(info.config.max_seq_len, 64);
+  print_sizes(info.config, seq);
+  if (o.dry_run) return absl::OkStatus();
+  const auto t0 = std::chrono::steady_clock::now();
+  LM_ASSIGN_OR_RETURN(model::Transformer m, model::import_hf(o.hf));
+  std::printf("  weights loaded     %.2f s, peak RSS %.2f GiB (fp32 model %.2f GiB, files %.2f GiB)\n",
+              std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(), peak_rss_gib(),
+              4.0 * model::param_count(info.config) / (1024.0 * 1024 * 1024), info.file_bytes / (1024.0 * 1024 * 1024));
+  torch::NoGradGuard ng;
+  m->eval();
+  auto logits = m->forward(torch::arange(seq, torch::kInt64).remainder(info.config.vocab_size).unsqueeze(0));
+  const bool finite = torch::isfinite(logits).all().item<bool>();
+  std::printf("%s forward of %ld tokens: logits %s\n", finite ? "[ok]  " : "[FAIL]", seq, finite ? "finite" : "NOT finite");
+  if (!finite) return absl::InternalError(o.hf + ": the imported model's logits are not finite");
+  return absl::OkStatus();
+}
+
 absl::Status run_check(const CheckOptions& o) {
+  if (!o.hf.empty()) return check_hf(o);
   LM_ASSIGN_OR_RETURN(model::ModelConfig cfg, model::preset(o.preset));
   if (!o.model_config.empty()) LM_RETURN_IF_ERROR(load_config_file(o.model_config, cfg));
   if (o.vocab_size > 0) cfg.vocab_size = o.vocab_size;
@@ -91,6 +139,8 @@ void add_check(CLI::App& app, Registry& reg) {
   auto* sub = app.add_subcommand("check", "verify a model preset: gradient flow, causality, init loss, every fast path against its reference");
   sub->add_option("--preset", o.preset, "model preset: tiny, small, 124m, 400m, 1b")->capture_default_str();
   sub->add_option("--model-config", o.model_config, "JSON file overriding preset fields");
+  sub->add_option("--hf", o.hf, "a Hugging Face checkpoint folder (Llama 2/3/3.1/3.2, Qwen2): import it and print its "
+                                "summary, load time and peak memory (--dry-run: the summary only)");
   sub->add_option("--vocab-size", o.vocab_size, "override the preset's vocabulary size");
   sub->add_option("--seq-len,--seq", o.seq, "sequence length for the checks (default: min(max_seq_len, 64))");
   sub->add_option("--device", o.device, "auto (cuda when a CUDA device is visible, else cpu, as fit), cpu or cuda")
@@ -103,7 +153,8 @@ void add_check(CLI::App& app, Registry& reg) {
       "  lmtrain check --preset tiny\n"
       "  lmtrain check --preset 400m --dry-run\n"
       "  lmtrain check --preset small --device cuda\n"
-      "  lmtrain check --preset 400m --device cuda --cuda-kernels   # before fit --set hardware.cuda_kernels=true");
+      "  lmtrain check --preset 400m --device cuda --cuda-kernels   # before fit --set hardware.cuda_kernels=true\n"
+      "  lmtrain check --hf hf/Llama-3.2-1B                          # before fit --init-from hf/Llama-3.2-1B");
   add_global_flags(sub);
   reg.push_back({sub, [] { return run_check(o); }});
 }

@@ -52,7 +52,8 @@ void add_fit(CLI::App& app, Registry& reg) {
   sub->add_option("--preset", o.preset, "model preset: tiny, small, 124m, 400m, 1b (default small; --resume keeps the run's)");
   sub->add_option("--config", o.config, "JSON file {\"model\": {...}, \"train\": {\"optimizer\": {...}, ...}} over the preset");
   sub->add_option("--tokenizer", o.tokenizer, "tokenizer folder (default: the one recorded by prepare)");
-  sub->add_option("--init-from", o.init_from, "start from the weights of a folder written by 'lmtrain export' (same architecture)");
+  sub->add_option("--init-from", o.init_from, "start from a Hugging Face checkpoint folder (LlamaForCausalLM: Llama 2/3/3.1/3.2, Qwen2ForCausalLM; "
+                  "or an 'lmtrain export'): the run's model is the folder's config.json, its weights the folder's");
   sub->add_option("--resume", resume,
                   "continue the run with its own config.json from its latest checkpoint (step 0 if none); flags that "
                   "would change the run are refused, a larger --steps/--tokens re-plans the schedule. '--resume "
@@ -80,6 +81,7 @@ void add_fit(CLI::App& app, Registry& reg) {
       "  lmtrain fit --data shards/ --preset 400m --out runs/400m --resume auto   # the same command starts or continues\n"
       "  lmtrain fit --out runs/small --resume --steps 1200       # extend a run (re-plans the lr schedule)\n"
       "  lmtrain fit --out runs/small --resume --data shards-v2/ --allow-new-data --steps 2000   # continued pretraining\n"
+      "  lmtrain fit --data shards/ --init-from hf/Llama-3.2-1B --out runs/cpt   # continued pretraining of a checkpoint\n"
       "  lmtrain fit --data shards/ --preset tiny --out runs/dp --nproc 2   # 2 ranks, Gloo\n"
       "  torchrun --no-python --nproc-per-node 8 lmtrain fit --data shards/ --preset 400m --out runs/400m\n"
       "Defaults: --device auto (cuda when visible), --dtype auto (bf16 on cuda), TF32 on; each preset's batch,\n"

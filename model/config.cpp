@@ -7,14 +7,25 @@ absl::Status validate(const ModelConfig& c) {
   if (c.vocab_size <= 0) return bad("vocab_size must be positive");
   if (c.d_model <= 0 || c.n_layers <= 0 || c.n_heads <= 0 || c.d_ff <= 0)
     return bad("d_model, n_layers, n_heads and d_ff must be positive");
-  if (c.d_model % c.n_heads != 0)
-    return bad(absl::StrCat("n_heads: ", c.n_heads, " does not divide d_model ", c.d_model));
-  if (c.head_dim() % 2 != 0) return bad("head_dim (d_model/n_heads) must be even for rotary");
+  if (c.head_dim_override < 0) return bad(absl::StrCat("head_dim: ", c.head_dim_override, " must be >= 0 (0 = d_model/n_heads)"));
+  if (c.head_dim_override == 0 && c.d_model % c.n_heads != 0)
+    return bad(absl::StrCat("n_heads: ", c.n_heads, " does not divide d_model ", c.d_model, " (or set head_dim)"));
+  if (c.head_dim() % 2 != 0) return bad(absl::StrCat("head_dim: ", c.head_dim(), " must be even for rotary"));
   if (c.n_kv_heads <= 0 || c.n_heads % c.n_kv_heads != 0)
     return bad(absl::StrCat("n_kv_heads: ", c.n_kv_heads, " must divide n_heads ", c.n_heads));
   if (c.max_seq_len <= 0) return bad("max_seq_len must be positive");
   if (c.attention != "fused" && c.attention != "reference")
     return bad("attention: expected \"fused\" or \"reference\", got \"" + c.attention + "\"");
+  if (c.architecture != "llama" && c.architecture != "qwen2")
+    return bad("architecture: expected \"llama\" or \"qwen2\", got \"" + c.architecture + "\"");
+  if (c.attention_bias && c.architecture != "qwen2")
+    return bad("attention_bias: q/k/v biases are Qwen2's (architecture \"qwen2\"); Llama's attention_bias also biases o_proj, which lmforge does not model");
+  const RopeScaling& r = c.rope_scaling;
+  if (r.type != "default" && r.type != "llama3")
+    return bad("rope_scaling.type: expected \"default\" or \"llama3\", got \"" + r.type + "\"");
+  if (r.type == "llama3" && !(r.factor > 0 && r.low_freq_factor > 0 && r.high_freq_factor > r.low_freq_factor &&
+                              r.original_max_position_embeddings > 0))
+    return bad("rope_scaling: llama3 needs factor > 0, 0 < low_freq_factor < high_freq_factor and original_max_position_embeddings > 0");
   return absl::OkStatus();
 }
 
@@ -71,10 +82,11 @@ int64_t param_count(const ModelConfig& c) {
   const int64_t attn = c.d_model * hd * c.n_heads        // q_proj
                        + 2 * c.d_model * hd * c.n_kv_heads  // k_proj, v_proj
                        + c.n_heads * hd * c.d_model;        // o_proj
+  const int64_t bias = c.attention_bias ? hd * (c.n_heads + 2 * c.n_kv_heads) : 0;  // q, k, v biases
   const int64_t mlp = 3 * c.d_model * c.d_ff;               // gate, up, down
   const int64_t norms = 2 * c.d_model;
   const int64_t emb = c.vocab_size * c.d_model;
-  return emb + (c.tie_embeddings ? 0 : emb) + c.n_layers * (attn + mlp + norms) + c.d_model;
+  return emb + (c.tie_embeddings ? 0 : emb) + c.n_layers * (attn + bias + mlp + norms) + c.d_model;
 }
 
 int64_t matmul_param_count(const ModelConfig& c) {
@@ -86,7 +98,7 @@ int64_t matmul_param_count(const ModelConfig& c) {
 double train_flops_per_token(const ModelConfig& c, int64_t seq_len) {
   return 6.0 * static_cast<double>(matmul_param_count(c)) +
          12.0 * static_cast<double>(c.n_layers) * static_cast<double>(seq_len) *
-             static_cast<double>(c.d_model);
+             static_cast<double>(c.attn_dim());
 }
 
 }  // namespace lm::model

@@ -9,8 +9,31 @@
 
 namespace lm::model {
 
+// Rotary frequency scaling (HF `rope_scaling` / `rope_parameters`). "default": plain RoPE.
+// "llama3": Llama 3.1/3.2's wavelength-dependent scaling (transformers'
+// _compute_llama3_parameters in modeling_rope_utils.py; rope_inverse_frequencies applies it).
+struct RopeScaling {
+  std::string type = "default";  // "default" or "llama3"
+  double factor = 8.0;
+  double low_freq_factor = 1.0;
+  double high_freq_factor = 4.0;
+  int64_t original_max_position_embeddings = 8192;
+
+  template <class V>
+  void visit(V& v) {
+    v("type", type);
+    v("factor", factor);
+    v("low_freq_factor", low_freq_factor);
+    v("high_freq_factor", high_freq_factor);
+    v("original_max_position_embeddings", original_max_position_embeddings);
+  }
+};
+
 struct ModelConfig {
   std::string preset = "custom";
+  // The Hugging Face family the weights follow: "llama" (LlamaForCausalLM) or "qwen2"
+  // (Qwen2ForCausalLM: q/k/v biases). Export writes it back (model/hf_import.h reads it).
+  std::string architecture = "llama";
   int64_t vocab_size = 512;
   int64_t d_model = 64;
   int64_t n_layers = 2;
@@ -23,8 +46,13 @@ struct ModelConfig {
   bool tie_embeddings = true;
   double init_std = 0.02;
   std::string attention = "fused";  // "fused" (SDPA on LibTorch >= 2) or "reference"
+  int64_t head_dim_override = 0;    // JSON "head_dim"; 0 = d_model / n_heads (Llama 3.2 3B: 128 vs 3072/24)
+  bool attention_bias = false;      // q/k/v projections with biases (Qwen2; o_proj never)
+  RopeScaling rope_scaling;
 
-  int64_t head_dim() const { return d_model / n_heads; }
+  int64_t head_dim() const { return head_dim_override > 0 ? head_dim_override : d_model / n_heads; }
+  // Width of the attention's concatenated heads: n_heads * head_dim (d_model unless head_dim is explicit).
+  int64_t attn_dim() const { return n_heads * head_dim(); }
 
   template <class V>
   void visit(V& v) {
@@ -41,6 +69,10 @@ struct ModelConfig {
     v("tie_embeddings", tie_embeddings);
     v("init_std", init_std);
     v("attention", attention);
+    v("architecture", architecture);
+    v("head_dim", head_dim_override);
+    v("attention_bias", attention_bias);
+    v("rope_scaling", rope_scaling);
   }
 };
 
@@ -83,7 +115,8 @@ int64_t param_count(const ModelConfig& cfg);
 // LM head (which for tied embeddings is the embedding matrix). This is the N of 6N.
 int64_t matmul_param_count(const ModelConfig& cfg);
 
-// Training FLOPs per token at sequence length `seq_len`: 6N + 12·L·T·d
+// Training FLOPs per token at sequence length `seq_len`: 6N + 12·L·T·d, d = n_heads·head_dim
+// (d_model unless head_dim is explicit)
 // (forward 2N + backward 4N for the matmuls, plus QK^T and AV: PaLM paper, appendix B).
 double train_flops_per_token(const ModelConfig& cfg, int64_t seq_len);
 

@@ -260,6 +260,10 @@ absl::StatusOr<ExportResult> export_gguf(const GgufExportOptions& opt) {
   const std::string& ckpt = tm.checkpoint;
   const Json& trainer = tm.trainer;
   model::Transformer& model = tm.model;
+  if (mc.architecture != "llama" || mc.rope_scaling.type != "default" || mc.head_dim_override > 0)
+    return absl::UnimplementedError(absl::StrCat(
+        opt.run_dir, ": model.architecture \"", mc.architecture, "\", rope_scaling.type \"", mc.rope_scaling.type,
+        "\", head_dim ", mc.head_dim(), ": the GGUF export writes plain Llama models only so far (export the HF folder instead)"));
 
   const fs::path spm = run / "tokenizer" / "spm.model";
   if (!fs::exists(spm))

@@ -126,8 +126,9 @@ absl::StatusOr<SpecialTokens> read_special_tokens(const std::string& tokenizer_j
 
 Json hf_config_json(const model::ModelConfig& c, const SpecialTokens& sp, const std::string& dtype) {
   Json j;
-  j["architectures"] = {"LlamaForCausalLM"};
-  j["model_type"] = "llama";
+  const bool qwen2 = c.architecture == "qwen2";
+  j["architectures"] = {qwen2 ? "Qwen2ForCausalLM" : "LlamaForCausalLM"};
+  j["model_type"] = qwen2 ? "qwen2" : "llama";
   j["hidden_size"] = c.d_model;
   j["intermediate_size"] = c.d_ff;
   j["num_hidden_layers"] = c.n_layers;
@@ -138,6 +139,12 @@ Json hf_config_json(const model::ModelConfig& c, const SpecialTokens& sp, const 
   j["rms_norm_eps"] = c.norm_eps;
   j["rope_theta"] = c.rope_theta;
   j["rope_scaling"] = nullptr;
+  if (c.rope_scaling.type == "llama3") {
+    const auto& r = c.rope_scaling;
+    j["rope_scaling"] = {{"rope_type", "llama3"}, {"factor", r.factor}, {"low_freq_factor", r.low_freq_factor},
+                         {"high_freq_factor", r.high_freq_factor},
+                         {"original_max_position_embeddings", r.original_max_position_embeddings}};
+  }
   j["vocab_size"] = c.vocab_size;
   j["tie_word_embeddings"] = c.tie_embeddings;
   j["bos_token_id"] = sp.bos_id;
@@ -145,7 +152,7 @@ Json hf_config_json(const model::ModelConfig& c, const SpecialTokens& sp, const 
   j["pad_token_id"] = sp.pad_id;
   j["torch_dtype"] = dtype == "bf16" ? "bfloat16" : "float32";
   j["hidden_act"] = "silu";
-  j["attention_bias"] = false;
+  if (!qwen2) j["attention_bias"] = false;  // Qwen2's q/k/v biases are implied by its architecture
   j["attention_dropout"] = 0.0;
   j["mlp_bias"] = false;
   j["initializer_range"] = c.init_std;
@@ -153,47 +160,6 @@ Json hf_config_json(const model::ModelConfig& c, const SpecialTokens& sp, const 
   j["use_cache"] = true;
   j["transformers_version"] = "4.40.0";
   return j;
-}
-
-absl::StatusOr<model::ModelConfig> model_config_from_hf(const Json& hf, const std::string& src) {
-  model::ModelConfig c;
-  auto get_int = [&](const char* key, int64_t& out, bool required) -> absl::Status {
-    if (!hf.contains(key) || hf[key].is_null()) {
-      if (required) return absl::InvalidArgumentError(absl::StrCat(src, ": ", key, ": missing (not a Llama config.json?)"));
-      return absl::OkStatus();
-    }
-    if (!hf[key].is_number_integer())
-      return absl::InvalidArgumentError(absl::StrCat(src, ": ", key, ": expected an integer, got ", hf[key].dump()));
-    out = hf[key].get<int64_t>();
-    return absl::OkStatus();
-  };
-  if (hf.value("model_type", std::string()) != "llama")
-    return absl::InvalidArgumentError(absl::StrCat(src, ": model_type: expected \"llama\", got ", hf.value("model_type", Json("missing")).dump()));
-  for (const char* b : {"attention_bias", "mlp_bias"}) {
-    if (hf.value(b, false)) return absl::InvalidArgumentError(absl::StrCat(src, ": ", b, ": lmforge models have no biases"));
-  }
-  if (hf.contains("hidden_act") && hf["hidden_act"] != "silu")
-    return absl::InvalidArgumentError(absl::StrCat(src, ": hidden_act: only silu (SwiGLU) is supported, got ", hf["hidden_act"].dump()));
-  if (hf.contains("rope_scaling") && !hf["rope_scaling"].is_null())
-    return absl::InvalidArgumentError(absl::StrCat(src, ": rope_scaling: not supported (plain RoPE only)"));
-  LM_RETURN_IF_ERROR(get_int("vocab_size", c.vocab_size, true));
-  LM_RETURN_IF_ERROR(get_int("hidden_size", c.d_model, true));
-  LM_RETURN_IF_ERROR(get_int("num_hidden_layers", c.n_layers, true));
-  LM_RETURN_IF_ERROR(get_int("num_attention_heads", c.n_heads, true));
-  c.n_kv_heads = c.n_heads;
-  LM_RETURN_IF_ERROR(get_int("num_key_value_heads", c.n_kv_heads, false));
-  LM_RETURN_IF_ERROR(get_int("intermediate_size", c.d_ff, true));
-  LM_RETURN_IF_ERROR(get_int("max_position_embeddings", c.max_seq_len, true));
-  int64_t head_dim = c.n_heads > 0 ? c.d_model / c.n_heads : 0;
-  LM_RETURN_IF_ERROR(get_int("head_dim", head_dim, false));
-  if (c.n_heads > 0 && head_dim != c.d_model / c.n_heads)
-    return absl::InvalidArgumentError(absl::StrCat(src, ": head_dim: ", head_dim, " != hidden_size / num_attention_heads"));
-  c.rope_theta = hf.value("rope_theta", 10000.0);
-  c.norm_eps = hf.value("rms_norm_eps", 1e-6);
-  c.tie_embeddings = hf.value("tie_word_embeddings", false);
-  c.init_std = hf.value("initializer_range", 0.02);
-  LM_RETURN_IF_ERROR(annotate(model::validate(c), src));
-  return c;
 }
 
 namespace {
@@ -379,40 +345,6 @@ absl::StatusOr<ExportResult> export_hf(const ExportOptions& opt) {
   r.params = params;
   r.bytes = static_cast<int64_t>(fs::file_size(st, ec));
   return r;
-}
-
-absl::Status init_from_hf(const std::string& dir, model::Transformer& model) {
-  const fs::path d(dir);
-  const std::string cfg_path = (d / "config.json").string();
-  LM_ASSIGN_OR_RETURN(Json hf, read_json_file(cfg_path));
-  LM_ASSIGN_OR_RETURN(model::ModelConfig got, model_config_from_hf(hf, cfg_path));
-  const model::ModelConfig& want = model->config();
-  std::string diff;
-  auto cmp = [&](const char* field, const char* hf_key, auto a, auto b) {
-    if (a != b) diff += absl::StrCat("\n  model.", field, " is ", b, " here but ", hf_key, " is ", a, " in ", cfg_path);
-  };
-  cmp("vocab_size", "vocab_size", got.vocab_size, want.vocab_size);
-  cmp("d_model", "hidden_size", got.d_model, want.d_model);
-  cmp("n_layers", "num_hidden_layers", got.n_layers, want.n_layers);
-  cmp("n_heads", "num_attention_heads", got.n_heads, want.n_heads);
-  cmp("n_kv_heads", "num_key_value_heads", got.n_kv_heads, want.n_kv_heads);
-  cmp("d_ff", "intermediate_size", got.d_ff, want.d_ff);
-  cmp("max_seq_len", "max_position_embeddings", got.max_seq_len, want.max_seq_len);
-  cmp("rope_theta", "rope_theta", got.rope_theta, want.rope_theta);
-  cmp("norm_eps", "rms_norm_eps", got.norm_eps, want.norm_eps);
-  cmp("tie_embeddings", "tie_word_embeddings", got.tie_embeddings, want.tie_embeddings);
-  if (!diff.empty())
-    return absl::FailedPreconditionError(absl::StrCat(
-        dir, ": --init-from folder describes another model:", diff,
-        "\n  (start with the same preset / --config as the exported run, or pass its config)"));
-  const std::string st = (d / "model.safetensors").string();
-  LM_ASSIGN_OR_RETURN(auto f, model::load_safetensors(st));
-  // HF exports may carry a tied lm_head copy; drop it when the model ties embeddings.
-  if (want.tie_embeddings) {
-    auto& ts = f.tensors;
-    ts.erase(std::remove_if(ts.begin(), ts.end(), [](const auto& p) { return p.first == "lm_head.weight"; }), ts.end());
-  }
-  return model::load_module_state(*model, f, st, /*allow_dtype_cast=*/true);
 }
 
 }  // namespace lm::model

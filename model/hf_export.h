@@ -1,4 +1,5 @@
-// Hugging Face Llama export (`lmtrain export`) and its reverse (`lmtrain fit --init-from`).
+// Hugging Face Llama export (`lmtrain export`); its reverse (`lmtrain fit --init-from`) is
+// model/hf_import.h.
 //
 // Folder layout (what transformers' LlamaForCausalLM.from_pretrained and LlamaTokenizer read):
 //   model.safetensors        our registered names are already HF names; tied: no lm_head.weight
@@ -15,6 +16,7 @@
 
 #include "core/config.h"
 #include "model/config.h"
+#include "model/hf_import.h"
 #include "model/transformer.h"
 
 namespace lm::model {
@@ -46,10 +48,9 @@ struct SpecialTokens {
 };
 absl::StatusOr<SpecialTokens> read_special_tokens(const std::string& tokenizer_json);
 
-// LlamaConfig JSON for a model config.
+// LlamaConfig (Qwen2Config for architecture "qwen2") JSON for a model config; hf_model_config
+// (model/hf_import.h) reads it back.
 Json hf_config_json(const model::ModelConfig& cfg, const SpecialTokens& sp, const std::string& dtype);
-// Back from an HF config.json (only the fields lmforge models); errors name the field.
-absl::StatusOr<model::ModelConfig> model_config_from_hf(const Json& hf, const std::string& source);
 
 absl::StatusOr<ExportResult> export_hf(const ExportOptions& opt);
 
@@ -63,9 +64,5 @@ std::string precision_note(const std::string& dtype);
 // as the model card and the demo's summary.md print them; every number is copied from the JSON
 // (rounded to 4 decimals), nothing is recomputed. "" when the run has neither.
 std::string eval_tables(const std::string& run_dir);
-
-// Loads an exported folder's weights into `model`. The folder's config must describe the same
-// architecture as model->config(); otherwise FailedPrecondition naming each differing field.
-absl::Status init_from_hf(const std::string& dir, model::Transformer& model);
 
 }  // namespace lm::model

@@ -1,6 +1,11 @@
 #include "model/safetensors.h"
 
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <algorithm>
 #include <cstring>
+#include <functional>
 #include <set>
 
 #include "core/config.h"
@@ -67,9 +72,47 @@ absl::Status save_safetensors(const std::string& path, const NamedTensors& tenso
   return write_file_atomic(path, encode_safetensors(tensors, metadata));
 }
 
-absl::StatusOr<SafetensorsFile> decode_safetensors(std::string_view bytes,
-                                                   const std::string& source) {
-  auto bad = [&](const std::string& m) {
+namespace {
+
+struct Header {
+  int64_t data_offset = 0;
+  std::vector<SafetensorsEntry> entries;  // in JSON (name) order
+  std::map<std::string, std::string> metadata;
+};
+
+// One tensor's header entry: dtype, shape, data_offsets checked against the data's size.
+absl::StatusOr<SafetensorsEntry> parse_entry(const std::string& name, const Json& e, uint64_t data_size,
+                                             const std::function<absl::Status(const std::string&)>& bad) {
+  if (!e.is_object() || !e.contains("dtype") || !e.contains("shape") || !e.contains("data_offsets"))
+    return bad(name + ": needs dtype, shape and data_offsets");
+  if (!e["dtype"].is_string()) return bad(name + ".dtype is not a string");
+  const DtypeInfo* d = by_name(e["dtype"].get<std::string>());
+  if (d == nullptr) return bad(name + ".dtype: unsupported '" + e["dtype"].get<std::string>() + "'");
+  SafetensorsEntry out;
+  out.name = name;
+  out.dtype = d->type;
+  int64_t numel = 1;
+  if (!e["shape"].is_array()) return bad(name + ".shape is not an array");
+  for (const auto& s : e["shape"]) {
+    if (!s.is_number_integer() || s.get<int64_t>() < 0) return bad(name + ".shape has a bad entry");
+    out.shape.push_back(s.get<int64_t>());
+    numel *= out.shape.back();
+  }
+  const Json& off = e["data_offsets"];
+  if (!off.is_array() || off.size() != 2 || !off[0].is_number_integer() || !off[1].is_number_integer())
+    return bad(name + ".data_offsets must be [begin, end]");
+  out.begin = off[0].get<int64_t>();
+  out.end = off[1].get<int64_t>();
+  if (out.begin < 0 || out.end < out.begin || static_cast<uint64_t>(out.end) > data_size)
+    return bad(absl::StrCat(name, ".data_offsets [", out.begin, ", ", out.end, "] outside the data (", data_size, " bytes)"));
+  if (out.end - out.begin != numel * d->size)
+    return bad(absl::StrCat(name, ": shape needs ", numel * d->size, " bytes but data_offsets span ", out.end - out.begin));
+  return out;
+}
+
+// Parses and validates the header of a whole file's bytes; errors name the file, the tensor and the field.
+absl::StatusOr<Header> parse_header(std::string_view bytes, const std::string& source) {
+  std::function<absl::Status(const std::string&)> bad = [&](const std::string& m) {
     return absl::DataLossError(source + ": " + m + " (the file is corrupt or not safetensors; re-export or restore it)");
   };
   if (bytes.size() < 8) return bad("shorter than the 8-byte header length");
@@ -85,14 +128,12 @@ absl::StatusOr<SafetensorsFile> decode_safetensors(std::string_view bytes,
     return bad(absl::StrCat("header is not valid JSON: ", e.what()));
   }
   if (!header.is_object()) return bad("header is not a JSON object");
-  const std::string_view data = bytes.substr(8 + hlen);
-  SafetensorsFile out;
-  struct Span { int64_t b, e; std::string name; };
-  std::vector<Span> spans;
+  Header out;
+  out.data_offset = static_cast<int64_t>(8 + hlen);
+  const uint64_t data_size = bytes.size() - 8 - hlen;
   for (auto it = header.begin(); it != header.end(); ++it) {
-    const std::string& name = it.key();
     const Json& e = it.value();
-    if (name == "__metadata__") {
+    if (it.key() == "__metadata__") {
       if (!e.is_object()) return bad("__metadata__ is not an object");
       for (auto m = e.begin(); m != e.end(); ++m) {
         if (!m.value().is_string()) return bad("__metadata__." + m.key() + " is not a string");
@@ -100,41 +141,35 @@ absl::StatusOr<SafetensorsFile> decode_safetensors(std::string_view bytes,
       }
       continue;
     }
-    if (!e.is_object() || !e.contains("dtype") || !e.contains("shape") || !e.contains("data_offsets"))
-      return bad(name + ": needs dtype, shape and data_offsets");
-    if (!e["dtype"].is_string()) return bad(name + ".dtype is not a string");
-    const DtypeInfo* d = by_name(e["dtype"].get<std::string>());
-    if (d == nullptr) return bad(name + ".dtype: unsupported '" + e["dtype"].get<std::string>() + "'");
-    std::vector<int64_t> shape;
-    int64_t numel = 1;
-    if (!e["shape"].is_array()) return bad(name + ".shape is not an array");
-    for (const auto& s : e["shape"]) {
-      if (!s.is_number_integer() || s.get<int64_t>() < 0) return bad(name + ".shape has a bad entry");
-      shape.push_back(s.get<int64_t>());
-      numel *= shape.back();
-    }
-    const Json& off = e["data_offsets"];
-    if (!off.is_array() || off.size() != 2 || !off[0].is_number_integer() || !off[1].is_number_integer())
-      return bad(name + ".data_offsets must be [begin, end]");
-    const int64_t b = off[0].get<int64_t>(), en = off[1].get<int64_t>();
-    if (b < 0 || en < b || static_cast<uint64_t>(en) > data.size())
-      return bad(absl::StrCat(name, ".data_offsets [", b, ", ", en, "] outside the data (", data.size(), " bytes)"));
-    if (en - b != numel * d->size)
-      return bad(absl::StrCat(name, ": shape needs ", numel * d->size, " bytes but data_offsets span ", en - b));
-    auto t = torch::empty(shape, torch::TensorOptions().dtype(d->type));
-    if (numel > 0) std::memcpy(t.data_ptr(), data.data() + b, en - b);
-    out.tensors.emplace_back(name, t);
-    spans.push_back({b, en, name});
+    LM_ASSIGN_OR_RETURN(auto entry, parse_entry(it.key(), e, data_size, bad));
+    out.entries.push_back(std::move(entry));
   }
-  std::sort(spans.begin(), spans.end(), [](const Span& a, const Span& c) { return a.b < c.b; });
+  std::vector<const SafetensorsEntry*> spans;
+  for (const auto& e : out.entries) spans.push_back(&e);
+  std::sort(spans.begin(), spans.end(), [](const auto* a, const auto* c) { return a->begin < c->begin; });
   int64_t pos = 0;
-  for (const auto& s : spans) {
-    if (s.b != pos) return bad(absl::StrCat(s.name, ": data_offsets overlap or leave a hole at byte ", pos));
-    pos = s.e;
+  for (const auto* s : spans) {
+    if (s->begin != pos) return bad(absl::StrCat(s->name, ": data_offsets overlap or leave a hole at byte ", pos));
+    pos = s->end;
   }
-  if (static_cast<uint64_t>(pos) != data.size())
-    return bad(absl::StrCat("data has ", data.size() - pos, " trailing bytes no tensor claims"));
-  // Keep the registration order of the writer (JSON objects come back sorted by key).
+  if (static_cast<uint64_t>(pos) != data_size)
+    return bad(absl::StrCat("data has ", data_size - pos, " trailing bytes no tensor claims"));
+  return out;
+}
+
+}  // namespace
+
+absl::StatusOr<SafetensorsFile> decode_safetensors(std::string_view bytes,
+                                                   const std::string& source) {
+  LM_ASSIGN_OR_RETURN(Header h, parse_header(bytes, source));
+  SafetensorsFile out;
+  out.metadata = std::move(h.metadata);
+  const char* data = bytes.data() + h.data_offset;
+  for (const auto& e : h.entries) {
+    auto t = torch::empty(e.shape, torch::TensorOptions().dtype(e.dtype));
+    if (e.end > e.begin) std::memcpy(t.data_ptr(), data + e.begin, e.end - e.begin);
+    out.tensors.emplace_back(e.name, t);
+  }
   return out;
 }
 
@@ -142,6 +177,45 @@ absl::StatusOr<SafetensorsFile> load_safetensors(const std::string& path) {
   LM_ASSIGN_OR_RETURN(auto f, MappedFile::open(path));
   return decode_safetensors(
       std::string_view(reinterpret_cast<const char*>(f.data()), f.size()), path);
+}
+
+absl::StatusOr<MappedSafetensors> MappedSafetensors::open(const std::string& path) {
+  MappedSafetensors m;
+  LM_ASSIGN_OR_RETURN(m.file_, MappedFile::open(path));
+  LM_ASSIGN_OR_RETURN(Header h, parse_header(std::string_view(reinterpret_cast<const char*>(m.file_.data()),
+                                                              m.file_.size()), path));
+  m.path_ = path;
+  m.data_offset_ = h.data_offset;
+  m.entries_ = std::move(h.entries);
+  std::sort(m.entries_.begin(), m.entries_.end(),
+            [](const SafetensorsEntry& a, const SafetensorsEntry& b) { return a.name < b.name; });
+  m.metadata_ = std::move(h.metadata);
+  return m;
+}
+
+const SafetensorsEntry* MappedSafetensors::find(const std::string& name) const {
+  auto it = std::lower_bound(entries_.begin(), entries_.end(), name,
+                             [](const SafetensorsEntry& e, const std::string& n) { return e.name < n; });
+  return it != entries_.end() && it->name == name ? &*it : nullptr;
+}
+
+torch::Tensor MappedSafetensors::view(const SafetensorsEntry& e) const {
+  const uint8_t* p = file_.data() + data_offset_ + e.begin;
+  const auto opts = torch::TensorOptions().dtype(e.dtype);
+  const int64_t esize = static_cast<int64_t>(c10::elementSize(e.dtype));
+  if (reinterpret_cast<uintptr_t>(p) % esize == 0)
+    return torch::from_blob(const_cast<uint8_t*>(p), e.shape, opts);
+  auto t = torch::empty(e.shape, opts);  // a header whose length is not a multiple of the element size
+  if (e.end > e.begin) std::memcpy(t.data_ptr(), p, e.end - e.begin);
+  return t;
+}
+
+void MappedSafetensors::release(const SafetensorsEntry& e) const {
+  const uintptr_t page = static_cast<uintptr_t>(::sysconf(_SC_PAGESIZE));
+  const auto b = reinterpret_cast<uintptr_t>(file_.data() + data_offset_ + e.begin);
+  const auto en = reinterpret_cast<uintptr_t>(file_.data() + data_offset_ + e.end);
+  const uintptr_t lo = (b + page - 1) / page * page, hi = en / page * page;  // whole pages of this tensor only
+  if (hi > lo) ::madvise(reinterpret_cast<void*>(lo), hi - lo, MADV_DONTNEED);
 }
 
 NamedTensors module_state(const torch::nn::Module& module) {

@@ -87,12 +87,31 @@ torch::Tensor RMSNormImpl::forward(const torch::Tensor& x) {
   return reference_rms_norm(x, weight, eps_);
 }
 
-std::pair<torch::Tensor, torch::Tensor> rotary_tables(int64_t seq_len, int64_t head_dim,
-                                                      double theta, int64_t offset,
-                                                      torch::Device device) {
+torch::Tensor rope_inverse_frequencies(int64_t head_dim, double theta, const RopeScaling& scaling,
+                                       torch::Device device) {
   auto opts = torch::TensorOptions().dtype(torch::kFloat32).device(device);
   // inv_freq[i] = theta^(-2i/D), i in [0, D/2)
   auto inv_freq = torch::pow(theta, -torch::arange(0, head_dim, 2, opts) / head_dim);
+  if (scaling.type != "llama3") return inv_freq;
+  // Llama 3.1 (transformers' _compute_llama3_parameters): wavelengths longer than the original
+  // context / low_freq_factor are divided by `factor`, shorter than context / high_freq_factor
+  // kept, and those between interpolated by smooth = (ctx / wavelen - low) / (high - low).
+  const double ctx = static_cast<double>(scaling.original_max_position_embeddings);
+  const double low = scaling.low_freq_factor, high = scaling.high_freq_factor, factor = scaling.factor;
+  const double low_wavelen = ctx / low, high_wavelen = ctx / high;
+  auto wavelen = 2 * M_PI / inv_freq;
+  auto scaled = torch::where(wavelen > low_wavelen, inv_freq / factor, inv_freq);
+  auto smooth = (ctx / wavelen - low) / (high - low);
+  auto smoothed = (1 - smooth) * scaled / factor + smooth * scaled;
+  auto medium = (wavelen >= high_wavelen).logical_and(wavelen <= low_wavelen);
+  return torch::where(medium, smoothed, scaled);
+}
+
+std::pair<torch::Tensor, torch::Tensor> rotary_tables(int64_t seq_len, int64_t head_dim,
+                                                      double theta, int64_t offset,
+                                                      torch::Device device, const RopeScaling& scaling) {
+  auto opts = torch::TensorOptions().dtype(torch::kFloat32).device(device);
+  auto inv_freq = rope_inverse_frequencies(head_dim, theta, scaling, device);
   auto pos = torch::arange(offset, offset + seq_len, opts);
   auto freqs = torch::outer(pos, inv_freq);      // [T, D/2]
   auto emb = torch::cat({freqs, freqs}, -1);     // [T, D]
@@ -289,13 +308,13 @@ AttentionImpl::AttentionImpl(const ModelConfig& cfg)
       n_heads_(cfg.n_heads),
       n_kv_heads_(cfg.n_kv_heads),
       head_dim_(cfg.head_dim()) {
-  auto lin = [&](const char* name, int64_t in, int64_t out) {
-    return register_module(name, torch::nn::Linear(torch::nn::LinearOptions(in, out).bias(false)));
+  auto lin = [&](const char* name, int64_t in, int64_t out, bool bias) {
+    return register_module(name, torch::nn::Linear(torch::nn::LinearOptions(in, out).bias(bias)));
   };
-  q_proj = lin("q_proj", cfg.d_model, n_heads_ * head_dim_);
-  k_proj = lin("k_proj", cfg.d_model, n_kv_heads_ * head_dim_);
-  v_proj = lin("v_proj", cfg.d_model, n_kv_heads_ * head_dim_);
-  o_proj = lin("o_proj", n_heads_ * head_dim_, cfg.d_model);
+  q_proj = lin("q_proj", cfg.d_model, n_heads_ * head_dim_, cfg.attention_bias);
+  k_proj = lin("k_proj", cfg.d_model, n_kv_heads_ * head_dim_, cfg.attention_bias);
+  v_proj = lin("v_proj", cfg.d_model, n_kv_heads_ * head_dim_, cfg.attention_bias);
+  o_proj = lin("o_proj", n_heads_ * head_dim_, cfg.d_model, false);
 }
 
 torch::Tensor AttentionImpl::forward(const torch::Tensor& x, const torch::Tensor& cos,
@@ -423,13 +442,13 @@ DecoderImpl::DecoderImpl(const ModelConfig& cfg) {
   norm = register_module("norm", RMSNorm(cfg.d_model, cfg.norm_eps));
 }
 
-TransformerImpl::TransformerImpl(const ModelConfig& cfg, uint64_t seed) : cfg_(cfg) {
+TransformerImpl::TransformerImpl(const ModelConfig& cfg, uint64_t seed, bool draw_weights) : cfg_(cfg) {
   model = register_module("model", Decoder(cfg));
   if (!cfg.tie_embeddings) {
     lm_head = register_module(
         "lm_head", torch::nn::Linear(torch::nn::LinearOptions(cfg.d_model, cfg.vocab_size).bias(false)));
   }
-  init_weights(seed);
+  if (draw_weights) init_weights(seed);
 }
 
 namespace {
@@ -450,8 +469,8 @@ void TransformerImpl::init_weights(uint64_t seed) {
   for (auto& p : named_parameters()) {
     const std::string& name = p.key();
     torch::Tensor& w = p.value();
-    if (w.dim() == 1) {
-      w.fill_(1.0);
+    if (w.dim() == 1) {  // norm weights 1, biases (Qwen2's q/k/v) 0
+      w.fill_(name.size() > 5 && name.compare(name.size() - 5, 5, ".bias") == 0 ? 0.0 : 1.0);
       continue;
     }
     const bool resid = name.find("o_proj") != std::string::npos ||
@@ -543,7 +562,7 @@ torch::Tensor TransformerImpl::hidden(const torch::Tensor& tokens) {
   const int64_t T = tokens.size(1);
   TORCH_CHECK(T <= cfg_.max_seq_len, "sequence length ", T, " exceeds max_seq_len ",
               cfg_.max_seq_len);
-  auto [cos, sin] = rotary_tables(T, cfg_.head_dim(), cfg_.rope_theta, 0, tokens.device());
+  auto [cos, sin] = rotary_tables(T, cfg_.head_dim(), cfg_.rope_theta, 0, tokens.device(), cfg_.rope_scaling);
   auto x = model->embed_tokens(tokens);  // [B, T, C]
   // With a fused add + norm on, the regrouped loop runs (with the CUDA switch on a CPU too, where
   // its add and norm then stay apart, so the CPU tests check the regrouping bit for bit).
@@ -643,7 +662,8 @@ torch::Tensor TransformerImpl::forward_cached(const torch::Tensor& tokens, KVCac
     cache.v.assign(L, torch::Tensor());
     cache.length = 0;
   }
-  auto [cos, sin] = rotary_tables(Tn, cfg_.head_dim(), cfg_.rope_theta, cache.length, tokens.device());
+  auto [cos, sin] = rotary_tables(Tn, cfg_.head_dim(), cfg_.rope_theta, cache.length, tokens.device(),
+                                 cfg_.rope_scaling);
   auto x = model->embed_tokens(tokens);  // [B, Tn, C]
   for (size_t l = 0; l < L; ++l) {
     x = (*model->layers)[l]->as<BlockImpl>()->forward_cached(x, cos, sin, &cache.k[l], &cache.v[l]);

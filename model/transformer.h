@@ -45,10 +45,15 @@ class RMSNormImpl : public torch::nn::Module {
 };
 TORCH_MODULE(RMSNorm);
 
+// Rotary inverse frequencies [head_dim/2] (fp32): theta^(-2i/D), rescaled per `scaling`
+// (llama3: transformers' _compute_llama3_parameters).
+torch::Tensor rope_inverse_frequencies(int64_t head_dim, double theta, const RopeScaling& scaling,
+                                       torch::Device device);
 // Rotary tables for positions [offset, offset+T): cos, sin: [T, head_dim] (RoFormer, Su et al. 2021).
 std::pair<torch::Tensor, torch::Tensor> rotary_tables(int64_t seq_len, int64_t head_dim,
                                                       double theta, int64_t offset,
-                                                      torch::Device device);
+                                                      torch::Device device,
+                                                      const RopeScaling& scaling = {});
 // x: [B, H, T, D] -> x * cos + rotate_half(x) * sin
 torch::Tensor apply_rotary(const torch::Tensor& x, const torch::Tensor& cos,
                            const torch::Tensor& sin);
@@ -146,8 +151,11 @@ TORCH_MODULE(Decoder);
 
 class TransformerImpl : public torch::nn::Module {
  public:
-  // The weights are drawn once, by init_weights(seed) (lmtrain fit passes train.seed).
-  explicit TransformerImpl(const ModelConfig& cfg, uint64_t seed = 0);
+  // The weights are drawn once, by init_weights(seed) (lmtrain fit passes train.seed); with
+  // draw_weights false they keep LibTorch's module defaults, for a caller that overwrites every
+  // one (model/hf_import.h: drawing a 1B model's weights took seconds and a temporary of the
+  // largest matrix).
+  explicit TransformerImpl(const ModelConfig& cfg, uint64_t seed = 0, bool draw_weights = true);
 
   // tokens: [B, T] int64 -> logits [B, T, V] (fp32 unless autocast says otherwise)
   torch::Tensor forward(const torch::Tensor& tokens);

@@ -278,7 +278,7 @@ FastPathCheck check_own_rope(const std::string& name, Transformer& m, torch::Dev
   auto gen = at::detail::createCPUGenerator(seed);
   std::vector<torch::Tensor> in = {rand_input({2, T, H, D}, gen, device, dt), rand_input({2, T, Hkv, D}, gen, device, dt)};
   for (auto& x : in) x.set_requires_grad(true);
-  auto [cos, sin] = rotary_tables(T, D, cfg.rope_theta, 0, device);
+  auto [cos, sin] = rotary_tables(T, D, cfg.rope_theta, 0, device, cfg.rope_scaling);  // the model's own tables
   return compare(name, "lmforge's rotary kernel (q and k in one pass) vs apply_rotary", dt, in, {},
                  [&](bool fast, const std::vector<torch::Tensor>& x) {
                    if (!fast)  // the model's reference: [B, H, T, D], back to [B, T, H, D] to compare

@@ -12,6 +12,7 @@
 #include "core/log.h"
 #include "core/run_folder.h"
 #include "data/sampler.h"
+#include "model/hf_import.h"
 #include "train/device.h"
 #include "train/resume.h"
 
@@ -89,6 +90,22 @@ absl::Status apply_flags(const FitOptions& o, TrainConfig& tc) {
   return absl::OkStatus();
 }
 
+// --init-from: a new run takes the checkpoint's model (model/hf_import.h), not the preset's shape;
+// --preset then picks only the training defaults, and names the model when it has the preset's shape.
+absl::StatusOr<model::ModelConfig> checkpoint_model(const FitOptions& o) {
+  LM_ASSIGN_OR_RETURN(model::ModelConfig m, model::read_hf_config(o.init_from));
+  if (o.preset) {
+    LM_ASSIGN_OR_RETURN(model::ModelConfig p, model::preset(*o.preset));
+    m.preset = p.preset;
+    p.init_std = m.init_std;
+    if (to_json(m) != to_json(p)) m.preset = "custom";
+  }
+  log_info("--init-from %s: %s model, %d layers, d_model %d, %d/%d heads of %d, vocab %d, %s parameters", o.init_from,
+           m.architecture, m.n_layers, m.d_model, m.n_heads, m.n_kv_heads, m.head_dim(), m.vocab_size,
+           format_count(static_cast<double>(model::param_count(m))));
+  return m;
+}
+
 // What this invocation asks for: a new run starts from the preset's shape and training defaults,
 // a resume from the run's config.json; then --preset (shape only on a resume), --config and the
 // flags over it. A resume's stop_at_step is this invocation's only.
@@ -104,6 +121,9 @@ absl::StatusOr<RunFile> requested_config(const FitOptions& o, const ResumeBase* 
     const int64_t vocab = rf.model.vocab_size;
     LM_ASSIGN_OR_RETURN(rf.model, model::preset(o.preset.value_or("small")));
     if (base != nullptr) rf.model.vocab_size = vocab;  // the run's tokenizer decides it, as at its start
+  }
+  if (base == nullptr && !o.init_from.empty()) {
+    LM_ASSIGN_OR_RETURN(rf.model, checkpoint_model(o));
   }
   if (!o.config.empty()) {
     LM_RETURN_IF_ERROR(load_config_file(o.config, rf));
@@ -270,7 +290,10 @@ void fill_request(const FitOptions& o, const DistEnv& env, const RunFile& rf, Ru
   req.init_from = o.init_from;
   req.force = o.force;
   req.model = rf.model;
-  req.model.vocab_size = s.tok.vocab_size();
+  // The tokenizer sizes a new run's vocabulary; an imported checkpoint's (and a run's own, on a
+  // resume) may be larger: rows no token id reaches, as Qwen2's padded embedding.
+  const bool model_sized = s.resuming || !o.init_from.empty();
+  req.model.vocab_size = model_sized ? std::max<int64_t>(rf.model.vocab_size, s.tok.vocab_size()) : s.tok.vocab_size();
   req.train = rf.train;
   req.tokenizer_hash = s.tok.hash();
   req.codec = text_codec(s.tok);  // text samples at validation (train/samples.h)
@@ -318,6 +341,10 @@ absl::StatusOr<std::unique_ptr<RunSetup>> set_up_run(const FitOptions& o) {
   LM_ASSIGN_OR_RETURN(const std::string tok_dir, tokenizer_dir(o, run, s->resuming, set));
   LM_ASSIGN_OR_RETURN(s->tok, tokenizer::Tokenizer::load(tok_dir));
   LM_RETURN_IF_ERROR(set.check_tokenizer(s->tok));  // hash, vocabulary and framing
+  if (!o.init_from.empty() && !s->resuming && s->tok.vocab_size() > rf.model.vocab_size)
+    return absl::FailedPreconditionError(absl::StrCat(
+        tok_dir, ": vocabulary ", s->tok.vocab_size(), " is larger than vocab_size ", rf.model.vocab_size, " of --init-from ",
+        o.init_from, "/config.json (prepare the shards with the checkpoint's own tokenizer)"));
   fill_request(o, env, rf, *s);
   s->req.hardware = hardware;
   open_timer.reset();

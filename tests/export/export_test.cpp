@@ -259,7 +259,7 @@ TEST_F(ExportTest, ExportRoundTripTensorsAndConfig) {
       EXPECT_EQ(c["mlp_bias"], false);
       EXPECT_DOUBLE_EQ(c["rope_theta"].get<double>(), 10000.0);
       EXPECT_DOUBLE_EQ(c["rms_norm_eps"].get<double>(), 1e-5);
-      auto back = model_config_from_hf(c, "config.json");
+      auto back = hf_model_config(c, "config.json");
       LM_ASSERT_OK(back.status());
       EXPECT_EQ(back->n_kv_heads, 2);
       EXPECT_EQ(back->tie_embeddings, tied);
