@@ -7,6 +7,7 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -129,12 +130,23 @@ Compared compare(const std::vector<Expected>& expected, Encode encode) {
   return c;
 }
 
+// Llama 2 through SentencePiece (the checkpoint's tokenizer.model, as Meta's code uses it) encodes
+// "<s>", "</s>" and "<unk>" written in a text as text; HF's tokenizer.json matches them as the
+// special tokens. The one edge line that holds them is left out for Llama 2 (docs/tokenizer.md).
+bool spm_differs_by_design(const std::string& vocab, const std::string& text) {
+  return vocab == "llama2" && (text.find("<s>") != std::string::npos || text.find("</s>") != std::string::npos ||
+                               text.find("<unk>") != std::string::npos);
+}
+
 // Every text set, every line: the ids HF tokenizers gives.
 void expect_hf_ids(const std::string& vocab) {
   const Tokenizer& tok = imported(vocab);
   size_t lines = 0;
   for (const char* t : kTexts) {
-    const auto expected = read_expected(cache_dir() + "/" + vocab + "/expected/" + t + ".ids");
+    auto expected = read_expected(cache_dir() + "/" + vocab + "/expected/" + t + ".ids");
+    expected.erase(std::remove_if(expected.begin(), expected.end(),
+                                  [&](const Expected& e) { return spm_differs_by_design(vocab, e.text); }),
+                   expected.end());
     ASSERT_FALSE(expected.empty()) << t;
     const Compared c = compare(expected, [&](const std::string& s) { return tok.encode(s); });
     EXPECT_EQ(c.mismatches, 0u) << vocab << " " << t << ": " << c.mismatches << " of " << c.lines
@@ -279,13 +291,13 @@ TEST(HfTokenizerJson, UnsupportedFieldsAreNamed) {
   ASSERT_FALSE(r.ok());
   EXPECT_NE(r.status().message().find("t.json: normalizer.type: 'NFKC'"), std::string::npos) << r.status();
   j = lm::Json::parse(base);
-  j["model"]["merges"] = {{"a", "c"}};
+  j["model"]["merges"] = lm::Json::array({lm::Json::array({"a", "c"})});
   r = HfBpe::parse(j.dump(), "t.json");
   ASSERT_FALSE(r.ok());
   EXPECT_NE(r.status().message().find("model.merges[0]"), std::string::npos) << r.status();
   // Both merge forms give the same model.
   j = lm::Json::parse(base);
-  j["model"]["merges"] = {{"a", "b"}};
+  j["model"]["merges"] = lm::Json::array({lm::Json::array({"a", "b"})});
   auto pairs = HfBpe::parse(j.dump(), "t.json");
   ASSERT_TRUE(pairs.ok()) << pairs.status();
   std::vector<int32_t> ids;
