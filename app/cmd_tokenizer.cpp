@@ -25,6 +25,10 @@ struct TokenizerCmd {
   std::vector<int64_t> sweep;  // vocabulary sizes: one tokenizer each into out/vocab-N/ and a table
 };
 
+constexpr const char* kImportHelp =
+    "an HF checkpoint folder: its own tokenizer (tokenizer.json byte-level BPE, e.g. Llama 3 and Qwen2, or "
+    "tokenizer.model SentencePiece, e.g. Llama 2) with its BOS/EOS and vocab size, into --out (docs/tokenizer.md)";
+
 absl::Status run_import(const TokenizerCmd& c) {
   LM_ASSIGN_OR_RETURN(tokenizer::Tokenizer tok, tokenizer::import_hf_tokenizer({c.import_dir, c.out, c.force}));
   log_info("wrote %s: %s tokenizer of %s (vocab %d, %d ids in the model, hash %s), documents as %s, bos %d, eos %d",
@@ -82,13 +86,10 @@ absl::Status run_tokenizer(TokenizerCmd& c, CLI::App* sub) {
 
 void add_tokenizer(CLI::App& app, Registry& reg) {
   auto c = std::make_shared<TokenizerCmd>();
-  CLI::App* sub = app.add_subcommand(
-      "tokenizer", "train the SentencePiece tokenizer and print its fertility report, or import a checkpoint's");
+  CLI::App* sub = app.add_subcommand("tokenizer", "train the tokenizer and print its fertility report, or import one");
   auto& r = c->recipe;
   sub->add_option("--corpus", c->corpus, "corpus manifest (corpus.json) to train on");
-  sub->add_option("--import", c->import_dir,
-                  "an HF checkpoint folder: its own tokenizer (tokenizer.json byte-level BPE, e.g. Llama 3 and Qwen2, "
-                  "or tokenizer.model SentencePiece, e.g. Llama 2) with its BOS/EOS and vocab size, into --out");
+  sub->add_option("--import", c->import_dir, kImportHelp);
   sub->add_option("--out", c->out, "output folder (spm.model, tokenizer.json, fertility.json)")->required();
   sub->add_option("--config", c->config, "JSON file with recipe options (flags override it)");
   sub->add_flag("--force", c->force, "replace the tokenizer in an existing, non-empty --out folder");

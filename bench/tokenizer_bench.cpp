@@ -48,7 +48,9 @@ absl::Status run(const std::string& tok_dir, const std::string& corpus, const st
   std::map<std::string, Lang> langs;
   LM_RETURN_IF_ERROR(read_texts(texts, langs));
   lm::data::CorpusManifest m;
-  if (!corpus.empty()) LM_ASSIGN_OR_RETURN(m, lm::data::load_manifest(corpus));
+  if (!corpus.empty()) {
+    LM_ASSIGN_OR_RETURN(m, lm::data::load_manifest(corpus));
+  }
   int64_t total_bytes = 0;
   for (const auto& src : m.sources) {
     Lang& l = langs[src.lang];

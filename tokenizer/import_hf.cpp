@@ -151,7 +151,10 @@ absl::StatusOr<Tokenizer> import_hf_tokenizer(const ImportOptions& o) {
     if ((i == o.out.size() || o.out[i] == '/') && ::mkdir(o.out.substr(0, i).c_str(), 0755) != 0 && errno != EEXIST)
       return errno_status("mkdir", o.out.substr(0, i));
   LM_RETURN_IF_ERROR(write_file_atomic(o.out + "/" + meta.model_file, bytes));
-  LM_RETURN_IF_ERROR(write_json_file(o.out + "/" + kMetaFile, to_json(meta)));
+  Json j = to_json(meta);
+  j.erase("recipe");  // a training recipe and sample describe lmforge's own tokenizers only
+  j.erase("training");
+  LM_RETURN_IF_ERROR(write_json_file(o.out + "/" + kMetaFile, j));
   return Tokenizer::load(o.out);
 }
 
