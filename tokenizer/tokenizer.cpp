@@ -3,6 +3,7 @@
 #include <sys/stat.h>
 
 #include <algorithm>
+#include <cstdlib>
 #include <thread>
 
 #include "core/config.h"
@@ -27,6 +28,7 @@ absl::StatusOr<Tokenizer> Tokenizer::from_model_bytes(const std::string& bytes, 
   t.eos_ = i.eos_id;
   t.pad_ = i.pad_id;
   t.hash_ = model_hash(bytes);
+  if (std::getenv("LM_SPM_PLAIN") == nullptr) t.words_ = SpmWords::make(bytes);  // null for lmforge's own
   return t;
 }
 
@@ -126,6 +128,7 @@ absl::StatusOr<Tokenizer> Tokenizer::load(const std::string& dir) {
 std::vector<int32_t> Tokenizer::encode(std::string_view text) const {
   std::vector<int32_t> ids;
   if (hf_) hf_->encode(text, &ids);
+  else if (words_) words_->encode(text, &ids);
   else if (sp_) bridge::encode(*sp_, text, &ids);
   return ids;
 }

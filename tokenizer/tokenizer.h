@@ -19,6 +19,7 @@
 #include "tokenizer/hf_bpe.h"
 #include "tokenizer/recipe.h"
 #include "tokenizer/spm_bridge.h"
+#include "tokenizer/spm_words.h"
 
 namespace lm::tokenizer {
 
@@ -136,6 +137,7 @@ class Tokenizer {
   const std::string& dir() const { return dir_; }
   const std::string& type() const { return type_; }  // kTypeSentencePiece or kTypeHfBpe
   const HfBpe* hf() const { return hf_.get(); }        // null unless type() is hf-bpe
+  bool spm_words() const { return words_ != nullptr; }  // a foreign BPE tokenizer.model's word cache
   // Ids the model itself knows (the rest up to vocab_size() are embedding rows no text reaches).
   int32_t model_vocab_size() const;
   struct Ids {
@@ -145,6 +147,7 @@ class Tokenizer {
  private:
   std::shared_ptr<const bridge::Sp> sp_;
   std::shared_ptr<const HfBpe> hf_;
+  std::shared_ptr<const SpmWords> words_;  // a foreign BPE tokenizer.model's faster exact encode
   std::string type_ = kTypeSentencePiece;
   std::string hash_, dir_;
   int32_t bos_ = -1, eos_ = -1, pad_ = -1, unk_ = -1, vocab_size_ = 0, model_vocab_ = 0;

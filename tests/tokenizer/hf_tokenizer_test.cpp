@@ -225,6 +225,7 @@ TEST(HfTokenizer, ImportKeepsTheCheckpointsIds) {
   EXPECT_EQ(l2.vocab_size(), 32000);
   EXPECT_EQ(l2.framing(), (Framing{true, true}));
   EXPECT_TRUE(l2.is_byte(l2.encode("🦙")[1])) << "byte fallback: the llama is <0xF0> <0x9F> ...";
+  EXPECT_TRUE(l2.spm_words()) << "Llama 2's BPE model takes the word-cache path (spm_words.h)";
   // A re-load of the folder gives the same tokenizer.
   auto again = Tokenizer::load(l3.dir());
   ASSERT_TRUE(again.ok()) << again.status();
