@@ -175,6 +175,33 @@ def make_vocab(src, cache, gguf_name, name):
     return dest
 
 
+GPT4O = ("[^\\r\\n\\p{L}\\p{N}]?[\\p{Lu}\\p{Lt}\\p{Lm}\\p{Lo}\\p{M}]*[\\p{Ll}\\p{Lm}\\p{Lo}\\p{M}]+"
+         "(?i:'s|'t|'re|'ve|'m|'ll|'d)?|[^\\r\\n\\p{L}\\p{N}]?[\\p{Lu}\\p{Lt}\\p{Lm}\\p{Lo}\\p{M}]+"
+         "[\\p{Ll}\\p{Lm}\\p{Lo}\\p{M}]*(?i:'s|'t|'re|'ve|'m|'ll|'d)?|\\p{N}{1,3}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n/]*|"
+         "\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+")
+
+
+def make_gpt4o_variant(cache, llama3):
+    """Llama 3's vocabulary with GPT-4o's (o200k) Split pattern, which keeps \\p{M} inside words:
+    the pattern the vocabulary extension uses, checked against HF like the real ones."""
+    dest = os.path.join(cache, "llama3-gpt4o")
+    if os.path.exists(os.path.join(dest, ".done")):
+        return dest
+    tmp = dest + ".tmp"
+    shutil.rmtree(tmp, ignore_errors=True)
+    shutil.copytree(llama3, tmp, ignore=shutil.ignore_patterns("expected", ".done", "reference.*"))
+    path = os.path.join(tmp, "tokenizer.json")
+    with open(path, encoding="utf-8") as f:
+        j = json.load(f)
+    j["pre_tokenizer"]["pretokenizers"][0]["pattern"]["Regex"] = GPT4O
+    with open(path, "w", encoding="utf-8") as f:
+        json.dump(j, f, ensure_ascii=False, indent=1)
+    open(os.path.join(tmp, ".done"), "w").close()
+    shutil.rmtree(dest, ignore_errors=True)
+    os.rename(tmp, dest)
+    return dest
+
+
 def read_texts(spec):
     name, rest = spec.split("=", 1)
     path, _, fld = rest.partition(":")
@@ -221,6 +248,10 @@ def main():
         dest = make_vocab(src, a.cache, gguf_name, name)
         write_expected(dest, a.text)
         print(f"make_hf_vocabs: {dest}")
+        if name == "llama3":
+            variant = make_gpt4o_variant(a.cache, dest)
+            write_expected(variant, a.text)
+            print(f"make_hf_vocabs: {variant}")
     return 0
 
 
