@@ -70,7 +70,7 @@ void add_prepare(CLI::App& app, Registry& reg) {
   auto c = std::make_shared<PrepareCmd>();
   CLI::App* sub = app.add_subcommand("prepare", "tokenize a corpus into train/val token shards per language");
   sub->add_option("--corpus", c->o.corpus, "corpus.json: sources, languages, mixture weights");
-  sub->add_option("--tokenizer", c->o.tokenizer, "tokenizer folder (spm.model + tokenizer.json)");
+  sub->add_option("--tokenizer", c->o.tokenizer, "tokenizer folder (lmtrain tokenizer --out, or --import of a checkpoint)");
   sub->add_option("--out", c->o.out, "shards folder to write (or to check with --verify)");
   sub->add_option("--val-fraction", c->o.val_fraction, "share of documents held out for validation, by content hash")
       ->capture_default_str();

@@ -1,5 +1,6 @@
 // lmtrain tokenizer: trains the SentencePiece model of the recipe on a corpus manifest and
-// prints the fertility report (optionally beside the GPT-2-style byte-level BPE baseline).
+// prints the fertility report (optionally beside the GPT-2-style byte-level BPE baseline), or
+// (--import) makes a tokenizer folder of an HF checkpoint's own tokenizer.
 #include <cstdio>
 
 #include "app/commands.h"
@@ -8,6 +9,7 @@
 #include "core/file.h"
 #include "core/log.h"
 #include "corpus/corpus.h"
+#include "tokenizer/import_hf.h"
 #include "tokenizer/report.h"
 #include "tokenizer/train.h"
 
@@ -16,13 +18,32 @@ namespace {
 
 struct TokenizerCmd {
   std::string corpus, out, config;
+  std::string import_dir;  // an HF checkpoint folder whose tokenizer to import
   bool force = false;  // replace an existing tokenizer folder
   tokenizer::TrainOptions recipe;
   tokenizer::ReportOptions report;
   std::vector<int64_t> sweep;  // vocabulary sizes: one tokenizer each into out/vocab-N/ and a table
 };
 
+constexpr const char* kImportHelp =
+    "an HF checkpoint folder: its own tokenizer (tokenizer.json byte-level BPE, e.g. Llama 3 and Qwen2, or "
+    "tokenizer.model SentencePiece, e.g. Llama 2) with its BOS/EOS and vocab size, into --out (docs/tokenizer.md)";
+
+absl::Status run_import(const TokenizerCmd& c) {
+  LM_ASSIGN_OR_RETURN(tokenizer::Tokenizer tok, tokenizer::import_hf_tokenizer({c.import_dir, c.out, c.force}));
+  log_info("wrote %s: %s tokenizer of %s (vocab %d, %d ids in the model, hash %s), documents as %s, bos %d, eos %d",
+           c.out, tok.type(), c.import_dir, tok.vocab_size(), tok.model_vocab_size(), tok.hash(),
+           tok.framing().describe(), tok.bos_id(), tok.eos_id());
+  return absl::OkStatus();
+}
+
 absl::Status run_tokenizer(TokenizerCmd& c, CLI::App* sub) {
+  if (!c.import_dir.empty()) {
+    if (!c.corpus.empty()) return absl::InvalidArgumentError("--import and --corpus: give one (import or train)");
+    return run_import(c);
+  }
+  if (c.corpus.empty())
+    return absl::InvalidArgumentError("--corpus: required to train a tokenizer (or --import HF_DIR to import one)");
   if (!c.config.empty()) {
     // Precedence: defaults < config file < flags given on the command line.
     tokenizer::TrainOptions from_file;
@@ -65,9 +86,10 @@ absl::Status run_tokenizer(TokenizerCmd& c, CLI::App* sub) {
 
 void add_tokenizer(CLI::App& app, Registry& reg) {
   auto c = std::make_shared<TokenizerCmd>();
-  CLI::App* sub = app.add_subcommand("tokenizer", "train the SentencePiece tokenizer and print its fertility report");
+  CLI::App* sub = app.add_subcommand("tokenizer", "train the tokenizer and print its fertility report, or import one");
   auto& r = c->recipe;
-  sub->add_option("--corpus", c->corpus, "corpus manifest (corpus.json)")->required();
+  sub->add_option("--corpus", c->corpus, "corpus manifest (corpus.json) to train on");
+  sub->add_option("--import", c->import_dir, kImportHelp);
   sub->add_option("--out", c->out, "output folder (spm.model, tokenizer.json, fertility.json)")->required();
   sub->add_option("--config", c->config, "JSON file with recipe options (flags override it)");
   sub->add_flag("--force", c->force, "replace the tokenizer in an existing, non-empty --out folder");
@@ -137,6 +159,7 @@ void add_tokenizer(CLI::App& app, Registry& reg) {
       "  lmtrain tokenizer --corpus corpus.json --vocab-size 32000 --out tok/ --compare-baseline\n"
       "  lmtrain tokenizer --corpus corpus.json --vocab-size 8000 --model-type bpe --out tok-bpe/ --force\n"
       "  lmtrain tokenizer --corpus corpus.json --out tok/ --config recipe.json --json > fertility.json\n"
+      "  lmtrain tokenizer --import Llama-3.2-1B/ --out tok-llama3/\n"
       "Then: lmtrain prepare --corpus corpus.json --tokenizer tok/ --out shards/ (docs/tokenizer.md).");
   add_global_flags(sub);
   reg.push_back({sub, [c, sub] { return run_tokenizer(*c, sub); }});

@@ -88,7 +88,11 @@ absl::Status RunFolder::check_tokenizer() const {
   if (!cfg.is_object() || !cfg.contains("tokenizer_hash") || !cfg["tokenizer_hash"].is_string() ||
       cfg["tokenizer_hash"].get<std::string>().empty())
     return absl::OkStatus();
-  const std::string spm = path("tokenizer/spm.model");
+  // The model file tokenizer.json names (an imported tokenizer's is not spm.model).
+  std::string model = "spm.model";
+  if (auto meta = read_json_file(path("tokenizer/tokenizer.json")); meta.ok() && meta->is_object())
+    model = meta->value("model_file", model);
+  const std::string spm = path("tokenizer/" + model);
   LM_ASSIGN_OR_RETURN(std::string bytes, read_file(spm));
   const std::string want = cfg["tokenizer_hash"].get<std::string>(), have = hex64(fnv1a64(bytes.data(), bytes.size()));
   if (have == want) return absl::OkStatus();

@@ -1,6 +1,12 @@
-// Tokenizer: a trained SentencePiece model (spm.model) plus its metadata (tokenizer.json:
-// special ids, content hash, recipe). Cheap to copy: the processor is shared and immutable,
-// and encode/decode are safe to call from many threads.
+// Tokenizer: a model file plus its metadata (tokenizer.json: type, special ids, content hash,
+// framing, recipe). The model is one of three kinds (TokenizerMeta::type):
+//   "sentencepiece"  lmforge's own spm.model ('lmtrain tokenizer'), or a checkpoint's own
+//                    SentencePiece tokenizer.model (Llama 2), with that model's special ids;
+//   "hf-bpe"         a checkpoint's HF tokenizer.json (byte-level BPE: Llama 3, Qwen2), kept as
+//                    hf-tokenizer.json (tokenizer.json is this metadata's name).
+// 'lmtrain tokenizer --import HF_DIR' makes the folder for a checkpoint (import_hf.h).
+// Cheap to copy: the processor is shared and immutable, and encode/decode are safe to call from
+// many threads.
 #pragma once
 
 #include <cstdint>
@@ -10,8 +16,10 @@
 #include <vector>
 
 #include "core/status.h"
+#include "tokenizer/hf_bpe.h"
 #include "tokenizer/recipe.h"
 #include "tokenizer/spm_bridge.h"
+#include "tokenizer/spm_words.h"
 
 namespace lm::tokenizer {
 
@@ -47,6 +55,10 @@ inline constexpr Framing kLegacyFraming{false, true};
 
 inline constexpr const char* kModelFile = "spm.model";
 inline constexpr const char* kMetaFile = "tokenizer.json";
+inline constexpr const char* kForeignSpmFile = "tokenizer.model";   // a checkpoint's SentencePiece model
+inline constexpr const char* kHfJsonFile = "hf-tokenizer.json";     // a checkpoint's HF tokenizer.json
+inline constexpr const char* kTypeSentencePiece = "sentencepiece";
+inline constexpr const char* kTypeHfBpe = "hf-bpe";
 
 // tokenizer.json, read strictly. `recipe` and `training` are written by the trainer for people
 // and are not interpreted on load.
@@ -55,7 +67,9 @@ struct TokenizerMeta {
   std::string type = "sentencepiece";
   std::string model_type = "unigram";
   std::string model_file = kModelFile;
-  std::string hash;  // fnv1a64 of spm.model's bytes, 16 hex digits
+  std::string hash;  // fnv1a64 of the model file's bytes, 16 hex digits
+  // Ids are in [0, vocab_size). For an imported tokenizer the checkpoint's embedding rows
+  // (config.json vocab_size), which may exceed the tokenizer's own ids (Qwen2: 151,936 > 151,665).
   int64_t vocab_size = 0;
   int64_t unk_id = kUnkId, bos_id = kBosId, eos_id = kEosId, pad_id = kPadId;
   std::string normalization = "nfc+bengali (rule table in spm.model; see docs/tokenizer.md)";
@@ -63,6 +77,7 @@ struct TokenizerMeta {
   Framing framing = kLegacyFraming;  // absent in a tokenizer.json: the framing before it was recorded
   TrainOptions recipe;    // how it was trained (for people; not interpreted on load)
   SampleSummary training; // what it was trained on
+  std::string source;     // imported: the checkpoint folder and file it came from (for people)
   template <class V>
   void visit(V& v) {
     v("format_version", format_version);
@@ -80,18 +95,25 @@ struct TokenizerMeta {
     v("framing", framing);
     v("recipe", recipe);
     v("training", training);
+    v("source", source);
   }
 };
 
 class Tokenizer {
  public:
-  // `dir` holds spm.model and tokenizer.json. A missing file is NotFound, a model that does not
-  // parse is DataLoss, a model whose hash or special ids differ from tokenizer.json is
-  // FailedPrecondition; each message names the file and what to do. The framing is tokenizer.json's
-  // (not part of the content hash, which names spm.model's vocabulary; shards record it themselves).
+  // `dir` holds tokenizer.json and the model file it names (spm.model, tokenizer.model or
+  // hf-tokenizer.json). A missing file is NotFound, a model that does not parse is DataLoss, a model
+  // whose hash or special ids differ from tokenizer.json is FailedPrecondition; each message names
+  // the file and what to do. The framing is tokenizer.json's (not part of the content hash, which
+  // names the model's vocabulary; shards record it themselves).
   static absl::StatusOr<Tokenizer> load(const std::string& dir);
-  // From model bytes in memory (tests, the trainer before it writes the folder); framing kFraming.
+  // From SentencePiece model bytes in memory (tests, the trainer before it writes the folder);
+  // framing kFraming.
   static absl::StatusOr<Tokenizer> from_model_bytes(const std::string& bytes, const std::string& where);
+  // From an HF tokenizer.json's text: ids from its post-processor template (BOS) and `eos_id`;
+  // vocab_size the tokenizer's own (highest id + 1).
+  static absl::StatusOr<Tokenizer> from_hf_json(const std::string& json_text, const std::string& where,
+                                                int32_t eos_id);
 
   std::vector<int32_t> encode(std::string_view text) const;  // no bos/eos added
   // Splits the batch over `threads` workers (0 = all cores); the result is the same as encode().
@@ -113,11 +135,22 @@ class Tokenizer {
   std::string piece(int32_t id) const;
   const std::string& hash() const { return hash_; }
   const std::string& dir() const { return dir_; }
+  const std::string& type() const { return type_; }  // kTypeSentencePiece or kTypeHfBpe
+  const HfBpe* hf() const { return hf_.get(); }        // null unless type() is hf-bpe
+  bool spm_words() const { return words_ != nullptr; }  // a foreign BPE tokenizer.model's word cache
+  // Ids the model itself knows (the rest up to vocab_size() are embedding rows no text reaches).
+  int32_t model_vocab_size() const;
+  struct Ids {
+    int32_t unk, bos, eos, pad, vocab_size, model_vocab;
+  };
 
  private:
   std::shared_ptr<const bridge::Sp> sp_;
+  std::shared_ptr<const HfBpe> hf_;
+  std::shared_ptr<const SpmWords> words_;  // a foreign BPE tokenizer.model's faster exact encode
+  std::string type_ = kTypeSentencePiece;
   std::string hash_, dir_;
-  int32_t bos_ = -1, eos_ = -1, pad_ = -1, unk_ = -1, vocab_size_ = 0;
+  int32_t bos_ = -1, eos_ = -1, pad_ = -1, unk_ = -1, vocab_size_ = 0, model_vocab_ = 0;
   Framing framing_ = kFraming;
 };
 

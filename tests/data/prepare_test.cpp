@@ -9,6 +9,8 @@
 #include "data/prepare.h"
 #include "data/sampler.h"
 #include "tests/data/test_util.h"
+#include "tokenizer/hf_bpe.h"
+#include "tokenizer/import_hf.h"
 #include "tokenizer/tokenizer.h"
 #include "tokenizer/train.h"
 
@@ -406,6 +408,65 @@ TEST_F(PrepareTest, ALateBadLineLeavesTheExistingShardsUntouched) {
   for (const auto& e : fs::directory_iterator(o.out)) after[e.path().filename().string()] = read_file(e.path().string()).value();
   EXPECT_TRUE(after == before) << "files before " << before.size() << ", after " << after.size();
   EXPECT_FALSE(fs::exists(fs::path(o.out) / ".prepare.tmp"));
+}
+
+// An HF checkpoint's byte-level BPE (imported as 'lmtrain tokenizer --import' does) whose BOS and
+// EOS lie above 65,535: the shards hold 32-bit tokens, every document framed with those ids, and
+// its text decodes back. The tokenizer: the 256 bytes and one merge, BOS/EOS as added tokens.
+TEST_F(PrepareTest, ForeignTokenizerWithIdsAbove65535) {
+  const std::string hf = dir_->file("hf_ckpt");
+  fs::create_directories(hf);
+  Json vocab = Json::object();
+  for (int b = 0; b < 256; ++b) {
+    std::string u;
+    const char32_t c = tokenizer::byte_to_unicode()[b];
+    if (c < 0x80) u += static_cast<char>(c);
+    else u += static_cast<char>(0xC0 | (c >> 6)), u += static_cast<char>(0x80 | (c & 0x3F));
+    vocab[u] = b;
+  }
+  vocab["th"] = 256;
+  const Json added = Json::array({Json{{"id", 70000}, {"content", "<|bos|>"}, {"special", true}},
+                                  Json{{"id", 70001}, {"content", "<|eos|>"}, {"special", true}}});
+  const Json tpl{{"type", "TemplateProcessing"},
+                 {"single", Json::array({Json{{"SpecialToken", {{"id", "<|bos|>"}, {"type_id", 0}}}},
+                                         Json{{"Sequence", {{"id", "A"}, {"type_id", 0}}}}})},
+                 {"special_tokens", {{"<|bos|>", {{"id", "<|bos|>"}, {"ids", {70000}}, {"tokens", {"<|bos|>"}}}}}}};
+  const Json j{{"model", {{"type", "BPE"}, {"vocab", vocab}, {"merges", Json::array({"t h"})}}},
+               {"added_tokens", added},
+               {"pre_tokenizer", {{"type", "ByteLevel"}, {"add_prefix_space", false}, {"use_regex", true}}},
+               {"post_processor", tpl},
+               {"decoder", {{"type", "ByteLevel"}}}};
+  std::ofstream(hf + "/tokenizer.json") << j.dump();
+  std::ofstream(hf + "/tokenizer_config.json") << R"({"eos_token": "<|eos|>"})";
+  std::ofstream(hf + "/config.json") << R"({"vocab_size": 70016})";
+  auto tok = tokenizer::import_hf_tokenizer({hf, dir_->file("hf_tok"), false});
+  LM_ASSERT_OK(tok.status());
+  EXPECT_EQ(tok->vocab_size(), 70016);
+  EXPECT_EQ(tok->framing(), (tokenizer::Framing{true, true}));
+  PrepareOptions o = options("hf_shards");
+  o.tokenizer = dir_->file("hf_tok");
+  LM_ASSERT_OK(prepare(o).status());
+  auto set = ShardSet::open(o.out);
+  LM_ASSERT_OK(set.status());
+  LM_ASSERT_OK(set->check_tokenizer(*tok));
+  std::multiset<std::string> decoded;
+  int64_t merged = 0;
+  for (const auto& r : set->readers("en", "train")) {
+    EXPECT_EQ(r.header().token_width, 4u);
+    const auto offs = r.doc_offsets();
+    for (size_t d = 0; d + 1 < offs.size(); ++d) {
+      std::vector<int32_t> ids(offs[d + 1] - offs[d]);
+      r.copy(offs[d], ids.size(), ids.data());
+      ASSERT_GE(ids.size(), 3u);
+      ASSERT_EQ(ids.front(), 70000);
+      ASSERT_EQ(ids.back(), 70001);
+      merged += std::count(ids.begin(), ids.end(), 256);  // "the" holds the merge t h
+      decoded.insert(tok->decode(std::vector<int32_t>(ids.begin() + 1, ids.end() - 1)));
+    }
+  }
+  ASSERT_FALSE(decoded.empty());
+  EXPECT_GT(merged, 0);
+  for (const auto& d : decoded) EXPECT_NE(std::find(en_.begin(), en_.end(), d), en_.end()) << d;
 }
 
 TEST_F(PrepareTest, BadInputsAreClearErrors) {
