@@ -15,6 +15,7 @@
 #include <random>
 
 #include "core/config.h"
+#include "corpus/corpus.h"
 #include "core/file.h"
 #include "tokenizer/hf_bpe.h"
 #include "tokenizer/import_hf.h"
@@ -260,6 +261,24 @@ TEST(HfTokenizer, DecodeGivesTheTextBack) {
         ASSERT_EQ(tok.decode(tok.encode(e.text)), e.text) << vocab << " " << t;
       }
     }
+}
+
+// A slice of byte-level ids can end inside a character (Llama 3 spends ~1.2 tokens per Bangla
+// character): decode gives valid UTF-8 with U+FFFD for the partial bytes, as HF's ByteLevel decoder
+// does, never raw bytes (fit's text samples went into metrics JSON and threw: "invalid UTF-8").
+TEST(HfTokenizer, DecodeOfAPartialCharacterIsValidUtf8) {
+  REQUIRE_MATERIAL();
+  const Tokenizer& tok = imported("llama3");
+  const std::string text = "\u09ac\u09be\u0982\u09b2\u09be \u09ad\u09be\u09b7\u09be";  // "বাংলা ভাষা"
+  const std::vector<int32_t> ids = tok.encode(text);
+  int partial = 0;
+  for (size_t n = 1; n <= ids.size(); ++n) {
+    const std::string piece = tok.decode(std::vector<int32_t>(ids.begin(), ids.begin() + n));
+    EXPECT_TRUE(lm::data::is_valid_utf8(piece)) << n << " ids";
+    partial += piece.find("\xEF\xBF\xBD") != std::string::npos;
+  }
+  EXPECT_GT(partial, 0) << "no prefix ended inside a character: the check tests nothing";
+  EXPECT_EQ(tok.decode(ids), text);
 }
 
 // ignore_merges (Llama 3): a piece that is a vocabulary entry is one token even where the merges
