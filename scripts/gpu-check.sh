@@ -196,8 +196,9 @@ fi
 # until this measures them), then SDPA's kernel named instead of ATen's choice, then the step
 # replayed as a CUDA graph. The bench verifies every fast path at start-up in each (a wrong kernel
 # falls back to its reference and the stage is "fell-back", never a clean fast figure). A backend
-# the chip lacks falls back to the reference attention, which at 400m x 2048 is slow or out of
-# memory: the stage then fails or times out and says so, within its cap.
+# that fails here gives way to the next one that passes its checks (model/sdpa_recovery.cpp): the
+# stage is then "fell-back", naming both; when none passes and the reference attention would not
+# fit at 400m x 2048, the bench stops at start-up with that error (the stage "failed").
 step_stage step-lmforge-kernels 30 240 "$BENCH" $STEP $WIN --cuda-kernels
 for backend in flash cudnn; do
   step_stage "step-lmforge-sdpa-$backend" 30 120 "$BENCH" $STEP $WIN --sdpa-backend $backend

@@ -187,10 +187,13 @@ if had_line and not (d.get("tokens_per_s") or 0) > 0: why.append("tokens_per_s i
 if d.get("cuda_graphs") and d.get("graph_captured") is False: why.append("CUDA graphs asked for, no graph captured")
 if (d.get("nan_skipped") or 0) > 0: why.append("%d non-finite steps skipped" % d["nan_skipped"])
 if d.get("error"): why.append("error: " + str(d["error"])[:300])
+asked, used = d.get("sdpa_backend") or "auto", d.get("sdpa_backend_used")
+other_sdpa = asked != "auto" and used not in (None, asked)
+if other_sdpa: why.append("SDPA backend %s asked, %s used (the asked one failed its start-up check)" % (asked, used))
 if why: d["why"] = "; ".join(why)
 if rc in (124, 137): status = "timed-out"; d["after_s"] = int(sys.argv[6])
 elif rc != 0 or not had_line or not (d.get("tokens_per_s") or 0) > 0: status = "failed"
-elif d.get("fast_path_fallback"): status = "fell-back"
+elif d.get("fast_path_fallback") or other_sdpa: status = "fell-back"
 elif d.get("cuda_graphs") and d.get("graph_captured") is False: status = "no-graph"
 elif (d.get("nan_skipped") or 0) > 0: status = "nan-skipped"
 else: status = "ok"

@@ -37,6 +37,9 @@ step_stage fell-back 1 30 bash -c 'echo "{\"tokens_per_s\": 5.0, \"flops_per_tok
 check "a fast path that fell back at start-up is not a clean figure" 'd["stages"]["fell-back"]["status"] == "fell-back"'
 step_stage clean 1 30 bash -c 'echo "{\"tokens_per_s\": 5.0, \"flops_per_token\": 1, \"fast_path_fallback\": \"\"}"' > /dev/null
 check "a clean stage is ok" 'd["stages"]["clean"]["status"] == "ok" and d["stages"]["clean"]["exit_code"] == 0'
+step_stage other-sdpa 1 30 bash -c 'echo "{\"tokens_per_s\": 5.0, \"sdpa_backend\": \"cudnn\", \"sdpa_backend_used\": \"flash\"}"' > /dev/null
+check "item 3: a stage whose SDPA backend gave way to another is fell-back, naming both" \
+  'd["stages"]["other-sdpa"]["status"] == "fell-back" and "cudnn asked, flash used" in d["stages"]["other-sdpa"]["why"]'
 
 # The headline: our step crashed after its JSON line, the peer, our step again (issue 38 items 1,
 # 10, 11). The peak stage's judgement and the GPU's name go into it.
