@@ -184,7 +184,9 @@ if "cuda_graphs" in d or m:
 # What makes a figure untrustworthy even with exit code 0, each named in "why".
 why = []
 if had_line and not (d.get("tokens_per_s") or 0) > 0: why.append("tokens_per_s is 0")
-if d.get("cuda_graphs") and d.get("graph_captured") is False: why.append("CUDA graphs asked for, no graph captured")
+# A graph is captured on CUDA only (graphs on a CPU run eagerly, as the log says): no-graph there only.
+no_graph = d.get("cuda_graphs") and d.get("graph_captured") is False and str(d.get("device", "cuda")).startswith("cuda")
+if no_graph: why.append("CUDA graphs asked for, no graph captured")
 if (d.get("nan_skipped") or 0) > 0: why.append("%d non-finite steps skipped" % d["nan_skipped"])
 if d.get("error"): why.append("error: " + str(d["error"])[:300])
 asked, used = d.get("sdpa_backend") or "auto", d.get("sdpa_backend_used")
@@ -194,7 +196,7 @@ if why: d["why"] = "; ".join(why)
 if rc in (124, 137): status = "timed-out"; d["after_s"] = int(sys.argv[6])
 elif rc != 0 or not had_line or not (d.get("tokens_per_s") or 0) > 0: status = "failed"
 elif d.get("fast_path_fallback") or other_sdpa: status = "fell-back"
-elif d.get("cuda_graphs") and d.get("graph_captured") is False: status = "no-graph"
+elif no_graph: status = "no-graph"
 elif (d.get("nan_skipped") or 0) > 0: status = "nan-skipped"
 else: status = "ok"
 print(status); print(json.dumps(d))
