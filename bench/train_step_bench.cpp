@@ -14,7 +14,9 @@
 
 #include <chrono>
 #include <algorithm>
+#include <csignal>
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <memory>
@@ -39,17 +41,28 @@
 #include "train/trainer.h"
 
 namespace {
+// The failure the tests plant (scripts/gpu-check.sh's LM_GPU_CHECK_PLANT passes it on as
+// LM_BENCH_PLANT; tests/app/bench_contract.sh sets it): "throw" (a c10::Error from inside fit, as an
+// OOM or a cuBLAS error would be), "crash" (SIGSEGV right after the JSON line). Empty in real runs.
+std::string planted_failure() {
+  const char* p = std::getenv("LM_BENCH_PLANT");
+  return p != nullptr ? p : "";
+}
+
 class RandomSource : public lm::train::BatchSource {
  public:
   RandomSource(int64_t n, int32_t vocab) : n_(n), vocab_(vocab) {}
   void next(std::vector<int32_t>* out) override {
+    TORCH_CHECK(!(throw_at_ > 0 && ++calls_ == throw_at_), "planted failure (LM_BENCH_PLANT=throw) at batch ", throw_at_);
     out->resize(n_);
     for (auto& t : *out) t = static_cast<int32_t>(rng_() % vocab_);
   }
   lm::Json cursor() const override { return lm::Json::object(); }
   absl::Status restore(const lm::Json&) override { return absl::OkStatus(); }
+  void throw_at(int64_t call) { throw_at_ = call; }
 
  private:
+  int64_t throw_at_ = 0, calls_ = 0;
   int64_t n_;
   int32_t vocab_;
   std::mt19937_64 rng_{42};
@@ -171,6 +184,9 @@ lm::train::FitRequest bench_request(const std::string& preset, const lm::model::
   t.tokens = 0; t.steps = w.total(); t.stop_at_step = -1;
   t.batch.micro_batch = batch; t.batch.seq_len = seq; t.batch.grad_accum = 1; t.batch.batch_tokens = 0;
   t.logging.interval = w.read_every; t.eval.interval = 0; t.eval.sample_tokens = 0;
+  // The throughput floor off: below it the trainer synchronises one step phase by phase, inside
+  // the timed window (eager stages only: graph replays skip it), which is what a bench measures.
+  t.logging.mfu_floor = 0;
   t.checkpoint.interval = 0; t.checkpoint.minutes = 0; t.checkpoint.at_end = false;
   t.debug.verify_at_start = true;
   t.nan_skip_limit = o.nan_skip_limit >= 0 ? o.nan_skip_limit : std::max<int64_t>(1, w.total() / 4);
@@ -193,7 +209,18 @@ int train_mode(const std::string& preset, const lm::model::ModelConfig& mc, int6
   lm::train::FitRequest req = bench_request(preset, mc, batch, seq, w, dtype, device, o, threads);
   if (!o.break_fast_path.empty()) lm::model::set_debug_break_fast_path(o.break_fast_path);
   RandomSource src(batch * (seq + 1), static_cast<int32_t>(mc.vocab_size));
-  auto sum = lm::train::fit(req, src, {});
+  if (planted_failure() == "throw") src.throw_at(3);
+  // fit has no catch of its own: a c10::Error (an OOM, a cuBLAS/cuDNN error, a failed device check,
+  // a graph-capture error) would reach std::terminate before the JSON line. Caught, it is the line's
+  // "error" and the exit code is non-zero.
+  absl::StatusOr<lm::train::FitSummary> sum = absl::UnknownError("fit did not return");
+  try {
+    sum = lm::train::fit(req, src, {});
+  } catch (const c10::Error& e) {
+    sum = absl::InternalError(std::string("c10::Error: ") + e.what_without_backtrace());
+  } catch (const std::exception& e) {
+    sum = absl::InternalError(std::string("exception: ") + e.what());
+  }
   const double rate = window_rate(lm::RunFolder(req.run_dir).metrics(), w);
   const double fpt = lm::model::train_flops_per_token(mc, seq);
   lm::Json j = {{"impl", "lmforge"}, {"preset", preset}, {"dtype", dtype}, {"mode", "train"}, {"device", device},
@@ -203,7 +230,7 @@ int train_mode(const std::string& preset, const lm::model::ModelConfig& mc, int6
                 {"lr", req.train.optimizer.lr}, {"lr_warmup", req.train.schedule.warmup_steps},
                 {"cuda_kernels", o.cuda_kernels}, {"cuda_graphs", o.cuda_graphs}, {"sdpa_backend", o.sdpa_backend},
                 {"fast_paths_off", absl::StrJoin(o.paths_off, ",")}, {"verify_at_start", req.train.debug.verify_at_start},
-                {"exit_code", sum.ok() ? 0 : 1}};
+                {"mfu_floor", req.train.logging.mfu_floor}, {"exit_code", sum.ok() ? 0 : 1}};
   if (sum.ok()) {
     const auto& f = *sum;
     j["final_loss"] = f.final_loss;
@@ -213,6 +240,9 @@ int train_mode(const std::string& preset, const lm::model::ModelConfig& mc, int6
     j["fast_paths_verified"] = f.fast_paths_verified;
     j["fast_path_fallback"] = absl::StrJoin(f.fast_path_fallback, ",");
     j["graph_captured"] = f.cuda_graph_captured;
+    // Another one when the asked one failed here (train.hardware.sdpa_backend applies on CUDA only).
+    if (device.rfind("cuda", 0) == 0) j["sdpa_backend_used"] = lm::model::sdpa_backend_in_use();
+    j["floor_fired"] = !f.floor_warning.empty();
     j["peak_flops"] = f.peak_flops;
     j["peak_source"] = f.peak_source;
     j["measured_peak_flops"] = f.measured_peak_flops;
@@ -226,6 +256,7 @@ int train_mode(const std::string& preset, const lm::model::ModelConfig& mc, int6
   }
   std::printf("%s\n", j.dump().c_str());
   std::fflush(stdout);
+  if (planted_failure() == "crash") std::raise(SIGSEGV);  // a crash on the way out, after the line
   (void)lm::remove_tree(req.run_dir);
   return sum.ok() ? 0 : 1;
 }
@@ -252,7 +283,7 @@ int peak_mode(const std::string& device, int64_t n, int threads) {
 }
 }  // namespace
 
-int main(int argc, char** argv) {
+int bench_main(int argc, char** argv) {
   CLI::App app{"train-step throughput on synthetic tokens"};
   std::string preset = "small", dtype = "fp32", device = "cpu", mode = "train";
   int64_t batch = 8, seq = 256, steps = 40, vocab = 0, n_layers = 0, n_heads = 0, peak_n = 0;
@@ -371,4 +402,19 @@ int main(int argc, char** argv) {
               preset.c_str(), dtype.c_str(), mode.c_str(), batch, seq, steps, nthreads, rate, fpt, params,
               peak_rss_mb(), final_loss, first_loss, absl::StrJoin(paths_off, ",").c_str());
   return 0;
+}
+
+// Whatever mode throws, the line is still printed (train mode catches around fit itself, with its
+// figures; this is the last resort of the others).
+int main(int argc, char** argv) {
+  try {
+    return bench_main(argc, argv);
+  } catch (const std::exception& e) {
+    const auto* c10 = dynamic_cast<const c10::Error*>(&e);
+    lm::Json j = {{"impl", "lmforge"}, {"exit_code", 1},
+                  {"error", c10 != nullptr ? c10->what_without_backtrace() : e.what()}};
+    std::printf("%s\n", j.dump().c_str());
+    std::fflush(stdout);
+    return 1;
+  }
 }

@@ -30,6 +30,9 @@ kernels::DType kernel_dtype(const torch::Tensor& t) {
 // the CUDA ones (model/kernels/fused_kernels.h) where this build has them.
 #ifdef LM_HAVE_CUDA_KERNELS
 void check(int err, const char* what) {
+  TORCH_CHECK(err >= 0, "a CUDA error of earlier work was pending before lmforge CUDA kernel ", what,
+              " launched (an asynchronous failure of an op before it, not this kernel; CUDA_LAUNCH_BLOCKING=1 "
+              "names the op): ", kernels::error_string(err));
   TORCH_CHECK(err == 0, "lmforge CUDA kernel ", what, " failed to launch: ", kernels::error_string(err));
 }
 void* stream_of(const torch::Tensor& t) { return c10::cuda::getCurrentCUDAStream(t.device().index()).stream(); }

@@ -111,9 +111,11 @@ std::string FastPathCheck::summary() const {
 std::string FastPathReport::summary() const {
   std::string s;
   for (const auto& c : checks) s += (s.empty() ? "" : "\n") + c.summary();
+  for (const auto& n : notes) s += "\n" + n;
   if (!fell_back.empty())
     s += "\nfast paths FAILED on this device, training with their reference instead (slower, correct): " +
          absl::StrJoin(fell_back, ", ");
+  if (!error.empty()) s += "\nnot training: " + error;
   return s;
 }
 
@@ -154,24 +156,48 @@ torch::Tensor rand_input(std::vector<int64_t> shape, at::Generator& gen, torch::
   return (at::randn(shape, gen, torch::TensorOptions()) * scale).to(device, dt);
 }
 
-constexpr int64_t kCheckSeq = 64;
+// The shape the checks run at: B = 2, T = 64 at start-up; the run's own micro-batch in the second
+// pass (verify_fast_paths with a RunShape), where `run` makes the attention check compare on the
+// batch's first row only (the reference's [B, H, T, T] scores are what does not fit).
+struct CheckShape {
+  int64_t batch = 2, seq = 64;
+  bool run = false;
+};
+thread_local CheckShape t_shape;
+int64_t check_batch() { return t_shape.batch; }
+int64_t check_seq() { return t_shape.seq; }
+class ShapeScope {
+ public:
+  explicit ShapeScope(CheckShape s) : saved_(t_shape) { t_shape = s; }
+  ~ShapeScope() { t_shape = saved_; }
 
+ private:
+  CheckShape saved_;
+};
+
+// SDPA against the reference: forward and backward. In the run's pass SDPA runs forward and
+// backward on the whole batch, and both sides are compared on row 0.
 FastPathCheck check_attention(Transformer& m, torch::Device device, torch::ScalarType dt, uint64_t seed) {
   const auto& cfg = m->config();
-  const int64_t H = cfg.n_heads, Hkv = cfg.n_kv_heads, D = cfg.head_dim();
-  const int64_t T = std::min<int64_t>(cfg.max_seq_len, kCheckSeq);
+  const int64_t B = check_batch(), H = cfg.n_heads, Hkv = cfg.n_kv_heads, D = cfg.head_dim();
+  const int64_t T = std::min<int64_t>(cfg.max_seq_len, check_seq());
+  const bool row0 = t_shape.run;
   auto gen = at::detail::createCPUGenerator(seed);
-  std::vector<torch::Tensor> in = {rand_input({2, H, T, D}, gen, device, dt), rand_input({2, Hkv, T, D}, gen, device, dt),
-                                   rand_input({2, Hkv, T, D}, gen, device, dt)};
+  std::vector<torch::Tensor> in = {rand_input({B, H, T, D}, gen, device, dt), rand_input({B, Hkv, T, D}, gen, device, dt),
+                                   rand_input({B, Hkv, T, D}, gen, device, dt)};
   for (auto& x : in) x.set_requires_grad(true);
-  auto up = rand_input({2, H, T, D}, gen, device, dt);
+  auto up = rand_input({row0 ? 1 : B, H, T, D}, gen, device, dt);
   return compare("attention.sdpa",
-                 absl::StrFormat("scaled_dot_product_attention%s vs matmul-softmax-matmul",
-                                 Hkv != H ? " (native GQA)" : ""),
+                 absl::StrFormat("scaled_dot_product_attention%s vs matmul-softmax-matmul%s",
+                                 Hkv != H ? " (native GQA)" : "", row0 ? absl::StrFormat(" at %d x %d (row 0)", B, T) : ""),
                  dt, in, up, [&](bool fast, const std::vector<torch::Tensor>& x) {
-                   if (fast) return fused_attention(x[0], x[1], x[2]);
-                   const int64_t rep = H / Hkv;
-                   return reference_attention(x[0], x[1].repeat_interleave(rep, 1), x[2].repeat_interleave(rep, 1), true);
+                   if (fast) {
+                     auto y = fused_attention(x[0], x[1], x[2]);
+                     return row0 ? y.narrow(0, 0, 1) : y;
+                   }
+                   const int64_t rep = H / Hkv, n = row0 ? 1 : B;
+                   return reference_attention(x[0].narrow(0, 0, n), x[1].narrow(0, 0, n).repeat_interleave(rep, 1),
+                                              x[2].narrow(0, 0, n).repeat_interleave(rep, 1), true);
                  });
 }
 
@@ -183,10 +209,10 @@ FastPathCheck check_cpu_attention(Transformer& m, torch::Device device, torch::S
   const int64_t T = std::min<int64_t>(cfg.max_seq_len, 2 * kernels::cpu::kAttentionRowBlock + 5);
   auto gen = at::detail::createCPUGenerator(seed);
   // q, k, v as the model gives them: [B, H, T, D] views of [B, T, H, D] storage.
-  auto qkv = [&] { return rand_input({2, T, H, D}, gen, device, dt).transpose(1, 2); };
+  auto qkv = [&] { return rand_input({check_batch(), T, H, D}, gen, device, dt).transpose(1, 2); };
   std::vector<torch::Tensor> in = {qkv(), qkv(), qkv()};
   for (auto& x : in) x.set_requires_grad(true);
-  auto up = rand_input({2, H, T, D}, gen, device, dt);
+  auto up = rand_input({check_batch(), H, T, D}, gen, device, dt);
   return compare("attention.cpu", "lmforge's CPU attention (bf16: its backward; fp32: both passes) vs matmul-softmax-matmul", dt,
                  in, up, [&](bool fast, const std::vector<torch::Tensor>& x) {
                    if (!fast) return reference_attention(x[0], x[1], x[2], true);
@@ -202,10 +228,10 @@ FastPathCheck check_rms_norm_path(const std::string& name, Transformer& m, torch
   const auto& cfg = m->config();
   auto gen = at::detail::createCPUGenerator(seed);
   // The residual stream is fp32 under autocast; the output (and its gradient) in the compute dtype.
-  std::vector<torch::Tensor> in = {rand_input({2, kCheckSeq, cfg.d_model}, gen, device, torch::kFloat32),
+  std::vector<torch::Tensor> in = {rand_input({check_batch(), check_seq(), cfg.d_model}, gen, device, torch::kFloat32),
                                    (1.0 + rand_input({cfg.d_model}, gen, device, torch::kFloat32, 0.1))};
   for (auto& x : in) x.set_requires_grad(true);
-  auto up = rand_input({2, kCheckSeq, cfg.d_model}, gen, device, dt);
+  auto up = rand_input({check_batch(), check_seq(), cfg.d_model}, gen, device, dt);
   const double eps = cfg.norm_eps;
   const bool own = name == "rms_norm.cpu";
   return compare(name,
@@ -228,7 +254,7 @@ FastPathCheck check_chunked_loss_with(const std::string& name, bool cpu_kernel, 
                                       torch::ScalarType dt, uint64_t seed) {
   const auto& cfg = m->config();
   auto gen = at::detail::createCPUGenerator(seed);
-  const int64_t N = 2 * kCheckSeq;
+  const int64_t N = 2 * 64;  // the loss: fixed-size chunks, whatever the run's batch
   std::vector<torch::Tensor> in = {rand_input({N, cfg.d_model}, gen, device, dt),
                                    rand_input({cfg.vocab_size, cfg.d_model}, gen, device, dt, 0.05)};
   for (auto& x : in) x.set_requires_grad(true);
@@ -258,10 +284,10 @@ FastPathCheck check_own_swiglu(const std::string& name, Transformer& m, torch::D
                                uint64_t seed) {
   const auto& cfg = m->config();
   auto gen = at::detail::createCPUGenerator(seed);
-  std::vector<torch::Tensor> in = {rand_input({2, kCheckSeq, cfg.d_ff}, gen, device, dt),
-                                   rand_input({2, kCheckSeq, cfg.d_ff}, gen, device, dt)};
+  std::vector<torch::Tensor> in = {rand_input({check_batch(), check_seq(), cfg.d_ff}, gen, device, dt),
+                                   rand_input({check_batch(), check_seq(), cfg.d_ff}, gen, device, dt)};
   for (auto& x : in) x.set_requires_grad(true);
-  auto up = rand_input({2, kCheckSeq, cfg.d_ff}, gen, device, dt);
+  auto up = rand_input({check_batch(), check_seq(), cfg.d_ff}, gen, device, dt);
   return compare(name, "lmforge's SwiGLU kernel vs F::silu(a) * b", dt, in, up,
                  [&](bool fast, const std::vector<torch::Tensor>& x) {
                    if (!fast) return torch::nn::functional::silu(x[0]) * x[1];
@@ -274,9 +300,9 @@ FastPathCheck check_own_rope(const std::string& name, Transformer& m, torch::Dev
                              uint64_t seed) {
   const auto& cfg = m->config();
   const int64_t H = cfg.n_heads, Hkv = cfg.n_kv_heads, D = cfg.head_dim();
-  const int64_t T = std::min<int64_t>(cfg.max_seq_len, kCheckSeq);
+  const int64_t T = std::min<int64_t>(cfg.max_seq_len, check_seq());
   auto gen = at::detail::createCPUGenerator(seed);
-  std::vector<torch::Tensor> in = {rand_input({2, T, H, D}, gen, device, dt), rand_input({2, T, Hkv, D}, gen, device, dt)};
+  std::vector<torch::Tensor> in = {rand_input({check_batch(), T, H, D}, gen, device, dt), rand_input({check_batch(), T, Hkv, D}, gen, device, dt)};
   for (auto& x : in) x.set_requires_grad(true);
   auto [cos, sin] = rotary_tables(T, D, cfg.rope_theta, 0, device, cfg.rope_scaling);  // the model's own tables
   return compare(name, "lmforge's rotary kernel (q and k in one pass) vs apply_rotary", dt, in, {},
@@ -298,7 +324,7 @@ FastPathCheck check_own_add_norm(const std::string& name, Transformer& m, torch:
   // As in the model under autocast: the residual stream in fp32, the sublayer's output and the
   // normalised output in the compute dtype. A gradient reaches both outputs (s feeds the next
   // residual add, y the next sublayer).
-  const std::vector<int64_t> shape = {2, kCheckSeq, cfg.d_model};
+  const std::vector<int64_t> shape = {check_batch(), check_seq(), cfg.d_model};
   std::vector<torch::Tensor> in = {rand_input(shape, gen, device, torch::kFloat32), rand_input(shape, gen, device, dt),
                                    (1.0 + rand_input({cfg.d_model}, gen, device, torch::kFloat32, 0.1))};
   for (auto& x : in) x.set_requires_grad(true);
@@ -363,23 +389,54 @@ const std::vector<FastPath>& fast_paths() {
   return registry;
 }
 
+namespace {
+
+// One check, an exception counted as a failure (a kernel that does not run here is a failed path).
+FastPathCheck guarded_check(const FastPath& fp, Transformer& model, torch::Device device, torch::ScalarType dtype,
+                            uint64_t seed) {
+  try {
+    return fp.check(model, device, dtype, seed);
+  } catch (const std::exception& e) {
+    const auto* c10 = dynamic_cast<const c10::Error*>(&e);
+    std::string msg = c10 != nullptr ? c10->what_without_backtrace() : e.what();
+    return FastPathCheck{fp.name, "threw: " + msg.substr(0, msg.find('\n')), INFINITY, INFINITY,
+                         fast_path_tolerance(dtype)};
+  }
+}
+
+// The check at the start-up shape, then (when it passed and `run` is given) at the run's own. The
+// losses run in fixed-size chunks whatever the batch: their check does not grow with it.
+FastPathCheck check_both_shapes(const FastPath& fp, Transformer& model, torch::Device device, torch::ScalarType dtype,
+                                uint64_t seed, const RunShape& run) {
+  FastPathCheck c = guarded_check(fp, model, device, dtype, seed);
+  if (!c.ok() || !run.given() || fp.name == "loss.chunked" || fp.name == "cross_entropy.cpu") return c;
+  const ShapeScope scope({run.batch, run.seq, true});
+  FastPathCheck at_run = guarded_check(fp, model, device, dtype, seed);
+  if (at_run.what.find(" at ") == std::string::npos)
+    at_run.what += absl::StrFormat(" at the run's %d x %d", run.batch, run.seq);
+  return at_run;
+}
+
+}  // namespace
+
 FastPathReport verify_fast_paths(Transformer& model, torch::Device device, torch::ScalarType dtype,
-                                 uint64_t seed) {
+                                 uint64_t seed, RunShape run) {
   FastPathReport r;
   torch::AutoGradMode grad_on(true);
   for (const auto& fp : fast_paths()) {
     if (!fp.used(model, device, dtype)) continue;
-    FastPathCheck c;
-    try {
-      c = fp.check(model, device, dtype, seed++);
-    } catch (const std::exception& e) {  // a kernel that does not run here is a failed path too
-      c = FastPathCheck{fp.name, std::string("threw: ") + e.what(), INFINITY, INFINITY, fast_path_tolerance(dtype)};
-    }
-    if (!c.ok()) {
+    const uint64_t s = seed++;
+    FastPathCheck c = check_both_shapes(fp, model, device, dtype, s, run);
+    if (!c.ok() && device_usable(device, fp.name, &r) && fp.name == "attention.sdpa")
+      c = retry_sdpa_backends(c, device, [&] { return check_both_shapes(fp, model, device, dtype, s, run); }, &r);
+    if (!c.ok() && r.error.empty()) {
       fp.fall_back(model);
       r.fell_back.push_back(fp.name);
+      if (fp.name == "attention.sdpa" && run.given())
+        r.error = reference_attention_misfit(model->config(), dtype, device, run);
     }
     r.checks.push_back(std::move(c));
+    if (!r.error.empty()) break;  // nothing more can run, or the run cannot train: stop here
   }
   return r;
 }

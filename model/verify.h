@@ -88,14 +88,53 @@ const std::vector<FastPath>& fast_paths();
 struct FastPathReport {
   std::vector<FastPathCheck> checks;   // the paths the model uses on this device
   std::vector<std::string> fell_back;  // names of the paths switched to their reference
-  bool ok() const { return fell_back.empty(); }
+  std::vector<std::string> notes;      // what was done besides: another SDPA backend taken, ...
+  std::string sdpa_backend;            // the SDPA backend taken after the one asked for failed
+  // Non-empty: training cannot go on in this process (the CUDA context lost to a sticky error, or no
+  // attention that works at the run's shape); says why and what to change.
+  std::string error;
+  bool ok() const { return fell_back.empty() && error.empty(); }
   std::string summary() const;
 };
 
+// The run's micro-batch, for each fast path's second check at the run's own shape: the start-up
+// checks run at B = 2, T = 64, and a kernel may fail only at the real shape (no kernel for it, out
+// of memory, a memory fault). memory_bytes: the device's memory for the reference attention's
+// estimate (0: the CUDA device's own; no limit on a CPU).
+struct RunShape {
+  int64_t batch = 0, seq = 0;
+  int64_t memory_bytes = 0;
+  bool given() const { return batch > 0 && seq > 0; }
+};
+
 // Checks every fast path `model` uses on `device` against its reference in `dtype`; a mismatch
-// (or an exception from the fast path) switches that path off in `model` and names it.
+// (or an exception from the fast path) switches that path off in `model` and names it. With `run`
+// given, each path that passed is checked once more at the run's shape (attention: SDPA on the
+// whole micro-batch, compared on its first row; the chunked loss keeps its fixed-size chunks).
+// An SDPA failure first tries the other backends (flash, efficient, cudnn), each verified again
+// (model/sdpa_recovery.cpp); only when none passes does attention fall back to the reference, and
+// when that would not fit at the run's shape, or a failure left the CUDA context unusable,
+// `error` says so and nothing more is checked.
 FastPathReport verify_fast_paths(Transformer& model, torch::Device device, torch::ScalarType dtype,
-                                 uint64_t seed);
+                                 uint64_t seed, RunShape run = {});
+
+// ---- model/sdpa_recovery.cpp: what verify_fast_paths does when a fast path fails ----
+
+// The SDPA backend set process-wide (set_sdpa_backend): "auto" when all are allowed.
+std::string sdpa_backend_in_use();
+// After SDPA failed with `failed` on the backend in use: each other backend (flash, efficient,
+// cudnn) set and `check` run again (the start-up shape and the run's); the first that passes is
+// kept (r->sdpa_backend, a note) and its check returned. None: the backend in use restored, a
+// note naming each failure, and `failed` returned. Stops early when the device became unusable.
+FastPathCheck retry_sdpa_backends(const FastPathCheck& failed, torch::Device device,
+                                  const std::function<FastPathCheck()>& check, FastPathReport* r);
+// Whether `device` still runs work after a failed check; a CUDA context lost to a sticky error (a
+// kernel memory fault) sets r->error, naming `path`.
+bool device_usable(torch::Device device, const std::string& path, FastPathReport* r);
+// Empty when the reference attention's saved [T, T] scores fit the device at the run's shape;
+// otherwise why not and what to change.
+std::string reference_attention_misfit(const ModelConfig& cfg, torch::ScalarType dtype, torch::Device device,
+                                       const RunShape& run);
 
 struct CausalityReport {
   double max_leak = 0;  // largest |Δlogit| at positions <= t when token t+1 changed

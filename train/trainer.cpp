@@ -332,7 +332,7 @@ absl::Status Trainer::keep_fast_paths_off() {
 absl::Status Trainer::startup_checks() {
   checks_.enabled = tc_.debug.verify_at_start;
   if (!checks_.enabled) return absl::OkStatus();
-  verify_fast_paths();
+  if (auto s = verify_fast_paths(); !s.ok()) return s;
   if (step_ != 0) return absl::OkStatus();
   PhaseTimer timer(req_.startup, "gradient flow");
   auto grad = model::check_gradient_flow(model_, 1, std::min<int64_t>(tc_.batch.seq_len, 64), tc_.seed + 1);
@@ -346,9 +346,12 @@ absl::Status Trainer::startup_checks() {
 // A fast path that disagrees with its reference on this device is switched to the reference
 // and said loudly: a warning now, the summary, and "fast_path_fallback" in every metrics line.
 // Each check's line is a detail (-v) while it passes; a failing one, and the fallback, are warnings.
-void Trainer::verify_fast_paths() {
+absl::Status Trainer::verify_fast_paths() {
   PhaseTimer timer(req_.startup, "fast paths");
-  const auto report = model::verify_fast_paths(model_, device_, bf16_ ? torch::kBFloat16 : torch::kFloat32, tc_.seed + 2);
+  // On a GPU each path once more at the run's own micro-batch, SDPA's other backends on a failure.
+  const auto run = device_.is_cuda() ? model::RunShape{tc_.batch.micro_batch, tc_.batch.seq_len} : model::RunShape{};
+  const auto report = model::verify_fast_paths(model_, device_, bf16_ ? torch::kBFloat16 : torch::kFloat32, tc_.seed + 2, run);
+  for (const auto& n : report.notes) if (main_rank_) log_warn("%s", n);
   if (main_rank_) {
     for (const auto& c : report.checks) {
       if (c.ok()) log_detail("%s", c.summary());
@@ -364,6 +367,8 @@ void Trainer::verify_fast_paths() {
   for (const auto& c : report.checks)
     if (std::find(report.fell_back.begin(), report.fell_back.end(), c.name) == report.fell_back.end())
       sum_.fast_paths_verified.push_back(c.name);
+  if (!report.error.empty()) return absl::FailedPreconditionError("start-up verification: " + report.error);
+  return absl::OkStatus();
 }
 
 // Gradient averaging: hooks are registered after the start-up check so its backward stays local.

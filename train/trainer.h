@@ -150,7 +150,7 @@ class Trainer {
   absl::Status restore_or_start();
   absl::Status write_run_config() const;
   absl::Status startup_checks();
-  void verify_fast_paths();
+  absl::Status verify_fast_paths();
   void start_grad_sync();
   void announce();
   void announce_peaks() const;

@@ -154,9 +154,18 @@ void visit(DType dt, F&& f) {
   }
 }
 
-// Launches through f for `dt` and returns the launch's error.
+// The error an earlier asynchronous operation left pending, read (a non-sticky one is cleared by
+// the read) before a launch, negated: cudaGetLastError() after the launch alone would blame it on
+// this kernel (fused_kernels.h).
+int pending_error() {
+  const cudaError_t before = cudaGetLastError();
+  return before == cudaSuccess ? 0 : -static_cast<int>(before);
+}
+
+// Launches through f for `dt` and returns the launch's error (negative: one pending before it).
 template <class F>
 int dispatch(DType dt, F&& f) {
+  if (const int pending = pending_error()) return pending;
   visit(dt, f);
   return static_cast<int>(cudaGetLastError());
 }
@@ -164,6 +173,7 @@ int dispatch(DType dt, F&& f) {
 // The same for two storage types: the residual stream's and the compute dtype's.
 template <class F>
 int dispatch2(DType residual, DType compute, F&& f) {
+  if (const int pending = pending_error()) return pending;
   visit(residual, [&](auto* tr) { visit(compute, [&](auto* tc) { f(tr, tc); }); });
   return static_cast<int>(cudaGetLastError());
 }
@@ -172,7 +182,7 @@ constexpr int kRowThreads = 256;
 
 }  // namespace
 
-const char* error_string(int err) { return cudaGetErrorString(static_cast<cudaError_t>(err)); }
+const char* error_string(int err) { return cudaGetErrorString(static_cast<cudaError_t>(err < 0 ? -err : err)); }
 
 int swiglu_forward(const void* a, const void* b, void* y, int64_t n, DType dt, void* stream) {
   if (n == 0) return 0;

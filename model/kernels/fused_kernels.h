@@ -12,7 +12,9 @@ namespace lm::kernels {
 
 enum class DType { kFloat32, kBFloat16, kFloat16 };
 
-// Each returns a cudaError_t as int (0 = launched); error_string() names it.
+// Each returns a cudaError_t as int: 0 = launched, > 0 = this launch failed, < 0 = -(the error an
+// earlier asynchronous operation left pending, found before this launch, which did not happen;
+// not this kernel's fault). error_string() names either.
 const char* error_string(int err);
 
 // y = silu(a) * b over n elements (a, b, y contiguous, of `dt`).

@@ -43,6 +43,9 @@ def shards():
         put("fuzz_shard", f"two-docs-w2-m{mode}", bytes([mode]) + good)
     put("fuzz_shard", "w4", b"\0" + shard([70000, 1, 0], [0, 3], vocab=70001, width=4))
     put("fuzz_shard", "empty", b"\0" + shard([], [0], vocab=1))
+    # An empty read of a 4-byte shard: copy(0, 0, nullptr) once called memcpy(nullptr, ..., 0)
+    # (UBSan: "null pointer passed as argument 1"), found by the fuzzer (issue 38).
+    put("fuzz_shard", "empty-w4", b"\0" + shard([], [0], vocab=1, width=4))
     put("fuzz_shard", "odd-payload", b"\1" + shard([1, 2, 3], [0, 1, 3], vocab=4))
     put("fuzz_shard", "truncated", b"\0" + good[:-5])
     put("fuzz_shard", "bad-magic", b"\0" + b"LMTOKSX\0" + good[8:])

@@ -180,5 +180,58 @@ TEST(FastPathRegistry, APlantedBrokenPathIsCaughtNamedAndSwitchedToItsReference)
   }
 }
 
+// Restores ATen's SDPA choice even when an assertion fails.
+struct BackendGuard {
+  explicit BackendGuard(const std::string& name) { EXPECT_TRUE(set_sdpa_backend(name)); }
+  ~BackendGuard() { set_sdpa_backend("auto"); }
+};
+
+// Issue 38 item 3: an SDPA backend that does not run here (cudnn has no CPU kernel: SDPA throws, as
+// an OOM or a missing kernel would on a GPU) is not the end of the fast path: the next backend is
+// set and verified again, and attention stays on SDPA, with a note that says so.
+TEST(FastPathRegistry, AnSdpaBackendThatFailsHereGivesWayToTheNextVerifiedOne) {
+  Transformer m(*preset("tiny"));
+  BackendGuard cudnn("cudnn");
+  auto r = verify_fast_paths(m, torch::kCPU, torch::kFloat32, 1);
+  EXPECT_TRUE(r.ok()) << r.summary();
+  EXPECT_EQ(r.sdpa_backend, "flash") << r.summary();
+  EXPECT_EQ(sdpa_backend_in_use(), "flash");
+  EXPECT_TRUE(m->fused_attention());
+  ASSERT_EQ(r.notes.size(), 1u) << r.summary();
+  EXPECT_NE(r.notes[0].find("backend cudnn failed here (threw"), std::string::npos) << r.notes[0];
+}
+
+// Each path once more at the run's own micro-batch (attention compared on row 0 of it); the losses
+// keep their fixed-size check.
+TEST(FastPathRegistry, EachPathIsCheckedAgainAtTheRunsShape) {
+  Transformer m(*preset("tiny"));
+  auto r = verify_fast_paths(m, torch::kCPU, torch::kFloat32, 1, RunShape{3, 40});
+  EXPECT_TRUE(r.ok()) << r.summary();
+  for (const auto& c : r.checks) {
+    const bool loss = c.name == "loss.chunked" || c.name == "cross_entropy.cpu";
+    const std::string want = c.name == "attention.sdpa" ? "at 3 x 40 (row 0)" : "at the run's 3 x 40";
+    EXPECT_EQ(c.what.find(want) != std::string::npos, !loss) << c.summary();
+  }
+}
+
+// No SDPA backend passes (a planted break in all of them): attention falls back to the reference,
+// which is refused with a clear error when its [T, T] scores would not fit the device at the run's
+// shape, and accepted when they would.
+TEST(FastPathRegistry, NoWorkingSdpaAndNoRoomForTheReferenceIsAClearError) {
+  BreakGuard broken("attention.sdpa");
+  Transformer m(*preset("tiny"));
+  auto r = verify_fast_paths(m, torch::kCPU, torch::kFloat32, 1, RunShape{4, 64, /*memory_bytes=*/1 << 20});
+  EXPECT_EQ(r.fell_back, std::vector<std::string>{"attention.sdpa"});
+  EXPECT_FALSE(r.ok());
+  EXPECT_NE(r.error.find("no SDPA backend passed"), std::string::npos) << r.summary();
+  EXPECT_NE(r.error.find("train.batch.micro_batch"), std::string::npos) << r.error;
+  EXPECT_EQ(r.checks.size(), 1u) << "checking stops at the error";
+  EXPECT_EQ(sdpa_backend_in_use(), "auto") << "the backend in use is restored when none passed";
+  Transformer roomy(*preset("tiny"));
+  auto ok = verify_fast_paths(roomy, torch::kCPU, torch::kFloat32, 1, RunShape{4, 64, int64_t{1} << 40});
+  EXPECT_TRUE(ok.error.empty()) << ok.summary();
+  EXPECT_EQ(ok.fell_back, std::vector<std::string>{"attention.sdpa"});
+}
+
 }  // namespace
 }  // namespace lm::model

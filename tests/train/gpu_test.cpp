@@ -190,6 +190,32 @@ TEST_F(Gpu, AddRmsNormKernelHandlesOneSidedGradientsAndWideRows) {
   }
 }
 
+// An error an earlier asynchronous operation left pending is found before the launch and named as
+// earlier, not blamed on this kernel (issue 38 item 14); it is read, so the next launch runs.
+TEST_F(Gpu, OwnKernelLaunchNamesAPendingErrorAsEarlier) {
+  auto a = torch::randn({256}, torch::TensorOptions().device(cuda));
+  auto b = torch::randn({256}, torch::TensorOptions().device(cuda));
+  auto y = torch::empty_like(a);
+  torch::cuda::synchronize();
+  auto launch = [&] {
+    return kernels::swiglu_forward(a.data_ptr(), b.data_ptr(), y.data_ptr(), a.numel(), kernels::DType::kFloat32,
+                                   nullptr);
+  };
+  void* p = nullptr;
+  ASSERT_NE(cudaMalloc(&p, size_t{1} << 60), cudaSuccess);  // leaves cudaErrorMemoryAllocation pending
+  EXPECT_EQ(launch(), -static_cast<int>(cudaErrorMemoryAllocation));
+  EXPECT_EQ(launch(), 0);
+  ASSERT_NE(cudaMalloc(&p, size_t{1} << 60), cudaSuccess);
+  try {
+    (void)model::fused_swiglu(a, b);
+    ADD_FAILURE() << "no error for the pending one";
+  } catch (const c10::Error& e) {
+    EXPECT_NE(std::string(e.what()).find("pending before lmforge CUDA kernel swiglu_forward"), std::string::npos)
+        << e.what();
+  }
+  (void)cudaGetLastError();
+}
+
 // The same weights and batch with the kernels on and off: the loss and every gradient agree
 // (fp32 to 1e-5, bf16 autocast to 2e-2 relative).
 TEST_F(Gpu, OwnCudaKernelsGiveTheReferencesLossAndGradients) {
