@@ -155,13 +155,13 @@ TEST(RunLock, OneHolderAtATimeAndADeadHoldersLockIsTakenOver) {
   char host[256] = {};
   gethostname(host, sizeof host - 1);
   auto second = RunLock::acquire(dir.string());
+  kill(child, SIGKILL);  // before any ASSERT can return: a paused child would outlive the test
+  waitpid(child, nullptr, 0);
   ASSERT_FALSE(second.ok());
   EXPECT_EQ(second.status().code(), absl::StatusCode::kUnavailable) << second.status();
   const std::string msg(second.status().message());
   EXPECT_NE(msg.find("another process is writing this run (pid " + std::to_string(child) + " on host " + host), std::string::npos) << msg;
   EXPECT_NE(msg.find(dir.string()), std::string::npos) << msg;
-  kill(child, SIGKILL);
-  waitpid(child, nullptr, 0);
   ASSERT_TRUE(fs::exists(dir / kRunLockName));  // a kill -9 leaves the file: only informative
   {
     auto third = RunLock::acquire(dir.string());

@@ -356,8 +356,8 @@ TEST_F(BadCheckpoint, DamagedLatestIsSkippedNamedSetAsideAndTheRunEndsExact) {
       {"optimizer.safetensors", [](std::string b) { return b.substr(0, b.size() / 2); }, "but manifest.json records"},
       {"trainer.json", [](std::string b) {
          Json t = Json::parse(b);
-         t["tokens"] = t["tokens"].get<int64_t>() + 64;
-         return t.dump(2);
+         t["tokens"] = t["tokens"].get<int64_t>() + 64;  // the same number of digits: the size stays
+         return t.dump(2) + "\n";
        }, "checksum mismatch"},
   };
   const std::string ref9 = slurp(shared_ws() / "ref" / "checkpoints" / "step-00000009" / "model.safetensors");
@@ -438,6 +438,7 @@ TEST_F(BadCheckpoint, FromAnotherPreset) {
   // under its own step's name, the only checkpoint left, with `latest` naming it.
   const std::string other_name = slurp(shared_ws() / "other" / "latest").substr(0, 13);
   fs::remove_all(ws() / "run" / "checkpoints");
+  fs::create_directories(ws() / "run" / "checkpoints");
   fs::copy(shared_ws() / "other" / "checkpoints" / other_name, ws() / "run" / "checkpoints" / other_name,
            fs::copy_options::recursive);
   spit(ws() / "run" / "latest", other_name + "\n");

@@ -166,7 +166,9 @@ TEST_F(Restart, ASecondWriterIsRefusedNamingTheHolder) {
   ASSERT_EQ(again.rc, 0) << again.err;
   EXPECT_EQ(weights(ws() / "run", "step-00000009"), ref_weights());
   std::vector<int64_t> steps;
-  for (const auto& row : *lm::read_metrics((ws() / "run" / "metrics.jsonl").string())) steps.push_back(row["step"]);
+  const auto rows = lm::read_metrics((ws() / "run" / "metrics.jsonl").string());
+  ASSERT_TRUE(rows.ok()) << rows.status();
+  for (const auto& row : *rows) steps.push_back(row["step"]);
   EXPECT_EQ(steps, (std::vector<int64_t>{1, 2, 3, 4, 5, 6, 7, 8, 9}));
 }
 
@@ -226,7 +228,7 @@ TEST_F(Restart, SigtermDuringGradAccum200StopsWithinOneMicroBatch) {
 TEST_F(Restart, AResumeOnAnotherThreadCountSaysTheWeightsWillDiffer) {
   copy_in("run");
   EXPECT_EQ(Json::parse(slurp(ws() / "run" / "checkpoints" / "step-00000006" / "trainer.json"))["threads"], 2);
-  Result r = run({kLmtrain, "fit", "--out", w("run"), "--resume", "--threads", "1", "-q"}, logs());
+  Result r = run({kLmtrain, "fit", "--data", w("shards"), "--out", w("run"), "--resume", "--threads", "1", "-q"}, logs());
   ASSERT_EQ(r.rc, 0) << r.err;
   EXPECT_NE(r.err.find("threads: this start trains on 1, the checkpoint it resumes was trained on 2"), std::string::npos)
       << r.err;
