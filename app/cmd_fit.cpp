@@ -86,7 +86,10 @@ void add_fit(CLI::App& app, Registry& reg) {
       "  torchrun --no-python --nproc-per-node 8 lmtrain fit --data shards/ --preset 400m --out runs/400m\n"
       "Defaults: --device auto (cuda when visible), --dtype auto (bf16 on cuda), TF32 on; each preset's batch,\n"
       "lr, warmup and checkpoint period are in docs/gpu.md ('Preset defaults'); 'lmtrain plan' prints them.\n"
-      "Signals: SIGINT/SIGTERM finish the step, checkpoint and exit 130/143.");
+      "Signals: SIGINT/SIGTERM stop within one micro-batch (the step in flight is dropped and redone on resume),\n"
+      "checkpoint the last complete step and exit 130/143.\n"
+      "One writer per --out: a second fit on a run folder is refused naming the holder (RUN/run.lock, exit 1).\n"
+      "--resume takes the newest checkpoint whose checksums verify; damaged newer ones are set aside (step-N.damaged).");
   add_global_flags(sub);
   reg.push_back({sub, [] { return run_fit(o, resume); }});
 }

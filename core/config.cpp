@@ -1,6 +1,8 @@
 #include "core/config.h"
 
 #include <algorithm>
+#include <functional>
+#include <map>
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_join.h"
@@ -118,9 +120,58 @@ absl::StatusOr<Json> dotted_value(const Json& current, const std::string& dotted
   return value;
 }
 
-absl::StatusOr<Json> parse_json(std::string_view text, const std::string& source, int64_t first_line) {
+namespace {
+
+// Keys set twice in one object: JSON parsers keep the last silently (an earlier optimizer.lr was
+// lost). The parser's callback sees each key, then its value (object_end/array_end for a section);
+// the first duplicate is kept with both values and its dotted path.
+class DuplicateKeys {
+ public:
+  bool operator()(int /*depth*/, Json::parse_event_t ev, Json& parsed) {
+    using E = Json::parse_event_t;
+    if (ev == E::object_start || ev == E::array_start) frames_.push_back({ev == E::object_start, {}, {}});
+    if (ev == E::key && !frames_.empty()) frames_.back().key = parsed.get<std::string>();
+    if (ev == E::object_end || ev == E::array_end) {
+      if (!frames_.empty()) frames_.pop_back();
+      done(parsed);
+    }
+    if (ev == E::value) done(parsed);
+    return true;
+  }
+  const std::string& found() const { return found_; }
+
+ private:
+  struct Frame {
+    bool object;
+    std::string key;
+    std::map<std::string, std::string> seen;  // key -> its first value, shortened
+  };
+  void done(const Json& value) {
+    if (frames_.empty() || !frames_.back().object) return;
+    Frame& f = frames_.back();
+    std::string text = value.dump();
+    if (text.size() > 60) text = text.substr(0, 57) + "...";
+    auto [it, fresh] = f.seen.emplace(f.key, text);
+    if (fresh || !found_.empty()) return;
+    std::string path;
+    for (const Frame& g : frames_) path += g.object ? (path.empty() ? "" : ".") + g.key : "[]";
+    found_ = absl::StrCat(path, ": duplicate key, set twice in one object (first ", it->second, ", then ", text,
+                          "); a JSON reader keeps only one of them silently: delete the other");
+  }
+  std::vector<Frame> frames_;
+  std::string found_;
+};
+
+}  // namespace
+
+absl::StatusOr<Json> parse_json(std::string_view text, const std::string& source, int64_t first_line,
+                                bool unique_keys) {
   try {
-    return Json::parse(text.begin(), text.end());
+    if (!unique_keys) return Json::parse(text.begin(), text.end());
+    DuplicateKeys dup;
+    Json j = Json::parse(text.begin(), text.end(), std::ref(dup));
+    if (!dup.found().empty()) return absl::InvalidArgumentError(absl::StrCat(source, ": ", dup.found()));
+    return j;
   } catch (const Json::parse_error& e) {
     // FILE:LINE:COLUMN, as compilers write it, so editors jump there. e.byte is 1-based and
     // points one past the offending character.
@@ -141,7 +192,7 @@ absl::StatusOr<Json> parse_json(std::string_view text, const std::string& source
 
 absl::StatusOr<Json> read_json_file(const std::string& path) {
   LM_ASSIGN_OR_RETURN(std::string text, read_file(path));
-  return parse_json(text, path);
+  return parse_json(text, path, 1, /*unique_keys=*/true);
 }
 
 absl::Status write_json_file(const std::string& path, const Json& j) {

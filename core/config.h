@@ -212,9 +212,11 @@ std::vector<std::string> dotted_keys(const Json& j, const std::string& prefix = 
 
 // Parses JSON text; the error names SOURCE:LINE:COLUMN (LINE counted from `first_line`, for text
 // that is one line of a larger file) and quotes at most ~200 characters of the parser's message.
-absl::StatusOr<Json> parse_json(std::string_view text, const std::string& source, int64_t first_line = 1);
+// `unique_keys`: a key set twice in one object is an error naming its dotted path and both values.
+absl::StatusOr<Json> parse_json(std::string_view text, const std::string& source, int64_t first_line = 1,
+                                bool unique_keys = false);
 
-// Reads and parses a JSON file; a missing file or a syntax error names the file.
+// Reads and parses a JSON file; a missing file, a syntax error or a duplicate key names the file.
 absl::StatusOr<Json> read_json_file(const std::string& path);
 
 // Atomically writes `j` (pretty-printed) to `path`.

@@ -16,6 +16,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "core/mapped_guard.h"
 
 namespace lm {
 absl::Status errno_status(std::string_view what, const std::string& path, std::string_view after) {
@@ -140,6 +141,13 @@ absl::StatusOr<std::string> read_file(const std::string& path) {
   return out;
 }
 
+namespace {
+void unmap(const uint8_t* data, size_t size) {
+  unregister_mapping(data);
+  ::munmap(const_cast<uint8_t*>(data), size);
+}
+}  // namespace
+
 absl::StatusOr<MappedFile> MappedFile::open(const std::string& path) {
   int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0) return errno_status("open", path);
@@ -160,6 +168,7 @@ absl::StatusOr<MappedFile> MappedFile::open(const std::string& path) {
       return s;
     }
     f.data_ = static_cast<const uint8_t*>(p);
+    register_mapping(f.data_, f.size_, path);  // a read past a shrunk file's end: core/mapped_guard.h
   }
   ::close(fd);
   return f;
@@ -169,7 +178,7 @@ MappedFile::MappedFile(MappedFile&& other) noexcept { *this = std::move(other); 
 
 MappedFile& MappedFile::operator=(MappedFile&& other) noexcept {
   if (this != &other) {
-    if (data_ != nullptr) ::munmap(const_cast<uint8_t*>(data_), size_);
+    if (data_ != nullptr) unmap(data_, size_);
     data_ = other.data_;
     size_ = other.size_;
     path_ = std::move(other.path_);
@@ -180,7 +189,7 @@ MappedFile& MappedFile::operator=(MappedFile&& other) noexcept {
 }
 
 MappedFile::~MappedFile() {
-  if (data_ != nullptr) ::munmap(const_cast<uint8_t*>(data_), size_);
+  if (data_ != nullptr) unmap(data_, size_);
 }
 
 uint32_t crc32(const void* data, size_t size, uint32_t seed) {

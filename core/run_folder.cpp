@@ -9,6 +9,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/strip.h"
 #include "core/file.h"
+#include "core/run_lock.h"
 
 namespace lm {
 namespace fs = std::filesystem;
@@ -54,7 +55,9 @@ RunFolder::Contents RunFolder::contents() const {
   for (const auto& e : fs::directory_iterator(dir_, ec)) {
     const std::string name = e.path().filename().string();
     // What a start writes before config.json: the tokenizer copy, and config.json's temp file.
-    if ((name == "tokenizer" && e.is_directory()) || name.rfind("config.json.tmp.", 0) == 0) continue;
+    // And the lock file (core/run_lock.h), which a kill leaves behind.
+    if ((name == "tokenizer" && e.is_directory()) || name.rfind("config.json.tmp.", 0) == 0 || name == kRunLockName)
+      continue;
     c.other.push_back(name + (e.is_directory() ? "/" : ""));
   }
   std::sort(c.other.begin(), c.other.end());

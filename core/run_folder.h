@@ -5,7 +5,10 @@
 //   metrics.jsonl  one JSON object per logged step
 //   samples.jsonl  text the model wrote at each validation step (train.sample_tokens)
 //   tensorboard/   the same values as TensorBoard event files (one file per start or resume)
-//   checkpoints/step-00000100/  model.safetensors, optimizer.safetensors, trainer.json
+//   checkpoints/step-00000100/  model.safetensors, optimizer.safetensors, trainer.json, and
+//                  manifest.json (each file's size and CRC-32, written last: core/checkpoint_manifest.h)
+//   checkpoints/step-00000120.damaged/  a checkpoint that failed its checks, set aside by a resume
+//   run.lock       held (flock) by the one process writing the run (core/run_lock.h)
 //   latest         the name of the newest complete checkpoint ("step-00000100"), moved last
 //   eval/          nll-*.json, mc-*.json per configuration; nll.json, mc.json the largest
 //   plots/, report.html

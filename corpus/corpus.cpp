@@ -16,6 +16,8 @@
 #include <unicode/bytestream.h>
 #include <unicode/normalizer2.h>
 
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "core/config.h"
 #include "core/file.h"
 #include "core/log.h"
@@ -55,9 +57,31 @@ std::vector<std::string> expand(const std::string& pattern) {
   return out;
 }
 
+// Bytes of the Unicode space at s[i] (White_Space beyond ASCII, the zero-width space and the BOM),
+// 0 for anything else: a line of only U+00A0 or U+3000 is no document (issue 40).
+size_t unicode_space_bytes(std::string_view s, size_t i) {
+  auto b = [&](size_t k) { return i + k < s.size() ? static_cast<unsigned char>(s[i + k]) : 0u; };
+  if (b(0) == 0xC2 && (b(1) == 0xA0 || b(1) == 0x85)) return 2;                  // NBSP, NEL
+  if (b(0) == 0xE1 && b(1) == 0x9A && b(2) == 0x80) return 3;                      // U+1680
+  if (b(0) == 0xE2 && b(1) == 0x80 && ((b(2) >= 0x80 && b(2) <= 0x8B) || b(2) == 0xA8 || b(2) == 0xA9 || b(2) == 0xAF))
+    return 3;                                                                     // U+2000-200B, 2028, 2029, 202F
+  if (b(0) == 0xE2 && b(1) == 0x81 && b(2) == 0x9F) return 3;                      // U+205F
+  if (b(0) == 0xE3 && b(1) == 0x80 && b(2) == 0x80) return 3;                      // U+3000 ideographic space
+  if (b(0) == 0xEF && b(1) == 0xBB && b(2) == 0xBF) return 3;                      // U+FEFF
+  return 0;
+}
+
 bool is_blank(std::string_view s) {
-  for (char c : s)
-    if (c != ' ' && c != '\t' && c != '\r' && c != '\n' && c != '\f' && c != '\v') return false;
+  for (size_t i = 0; i < s.size();) {
+    const char c = s[i];
+    if (c == ' ' || c == '\t' || c == '\r' || c == '\n' || c == '\f' || c == '\v') {
+      ++i;
+      continue;
+    }
+    const size_t n = unicode_space_bytes(s, i);
+    if (n == 0) return false;
+    i += n;
+  }
   return true;
 }
 
@@ -96,6 +120,11 @@ class LineReader {
       line.append(start, len_ - pos_);
       pos_ = len_;
       partial = true;
+      if (line.size() > kMaxDocumentBytes) {  // one line without a newline must not grow without bound
+        too_long_ = true;
+        ++line_no_;
+        return false;
+      }
     }
     if (eof_ && !partial) return false;
     if (!line.empty() && line.back() == '\r') line.pop_back();
@@ -104,6 +133,7 @@ class LineReader {
   }
   int64_t line_no() const { return line_no_; }
   const std::string& error() const { return error_; }
+  bool too_long() const { return too_long_; }  // stopped at a line over kMaxDocumentBytes
   const std::string& format() const { return in_->format(); }
 
  private:
@@ -113,7 +143,15 @@ class LineReader {
   bool eof_ = false;
   int64_t line_no_ = 0;
   std::string error_;
+  bool too_long_ = false;
 };
+
+absl::Status too_long_error(const std::string& where) {
+  return absl::InvalidArgumentError(absl::StrFormat(
+      "%s: a document longer than %d MiB (a line without a line break?); documents are capped at that so that "
+      "reading a corpus takes bounded memory: split the text into lines or paragraphs",
+      where, kMaxDocumentBytes >> 20));
+}
 
 const icu::Normalizer2* nfc_instance() {
   static const icu::Normalizer2* n = [] {
@@ -381,6 +419,8 @@ absl::Status read_text_file_docs(const std::string& path, const CorpusSource& sr
         if (in_para) status = sink.emit(para);
         para.clear();
         in_para = false;
+      } else if (para.size() + line.size() >= kMaxDocumentBytes) {
+        status = too_long_error(where());
       } else {
         if (in_para) para += '\n';
         para += line;
@@ -391,6 +431,7 @@ absl::Status read_text_file_docs(const std::string& path, const CorpusSource& sr
     }
   }
   if (status.ok() && in_para) status = sink.emit(para);
+  if (status.ok() && reader.too_long()) status = too_long_error(absl::StrCat(path, ":", reader.line_no()));
   if (status.ok() && !reader.error().empty())
     status = absl::DataLossError(absl::StrCat(path, ":", reader.line_no() + 1, ": cannot read (", reader.format(),
                                               "): ", reader.error(), " (corrupt or truncated file?)"));

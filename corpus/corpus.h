@@ -77,6 +77,11 @@ absl::Status validate_manifest(const CorpusManifest& manifest, const std::string
 // for_each_document reports it as NotFound.
 std::vector<std::string> resolve_paths(const CorpusManifest& manifest, const CorpusSource& source);
 
+// The longest document (and line) a corpus reader takes, in bytes: a 200 MB line without a
+// newline grew prepare's memory without bound (issue 40). Over it, reading stops with an error
+// naming file:line.
+inline constexpr size_t kMaxDocumentBytes = size_t{64} << 20;
+
 struct ReadOptions {
   bool skip_invalid_utf8 = false;  // false: invalid UTF-8 is an error naming file:line
   bool dedup = false;              // drop exact duplicate documents (64-bit content hash)

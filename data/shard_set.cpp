@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <filesystem>
+#include <map>
 #include <set>
 
 #include "absl/strings/str_format.h"
@@ -218,6 +219,26 @@ absl::Status write_manifest(const std::string& dir, const ShardManifest& m) {
   return write_json_file((fs::path(dir) / kManifestName).string(), manifest_to_json(m));
 }
 
+namespace {
+
+// A shard listed twice (a validation shard twice made its tokens count twice in every val loss):
+// each path once (issue 40).
+absl::Status check_listed_once(const ShardManifest& m, const std::string& path) {
+  std::map<std::string, size_t> first;
+  for (size_t i = 0; i < m.shards.size(); ++i) {
+    const std::string p = fs::path(m.shards[i].path).lexically_normal().string();
+    auto [it, fresh] = first.emplace(p, i);
+    if (!fresh)
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "%s: shards[%d].path: '%s' is listed twice (also shards[%d], split %s); each shard may appear once, or its "
+          "tokens count twice (re-run 'lmtrain prepare')",
+          path, i, m.shards[i].path, it->second, m.shards[it->second].split));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
 absl::StatusOr<ShardSet> ShardSet::open(const std::string& dir, bool verify_checksum) {
   const std::string path = (fs::path(dir) / kManifestName).string();
   if (!fs::exists(path)) {
@@ -230,6 +251,7 @@ absl::StatusOr<ShardSet> ShardSet::open(const std::string& dir, bool verify_chec
   ShardSet set;
   set.dir_ = dir;
   LM_ASSIGN_OR_RETURN(set.manifest_, manifest_from_json(j, path));
+  LM_RETURN_IF_ERROR(check_listed_once(set.manifest_, path));
   if (set.manifest_.shards.empty()) {
     return absl::FailedPreconditionError(
         absl::StrCat(path, ": shards: the manifest lists no shards (re-run 'lmtrain prepare')"));

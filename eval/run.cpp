@@ -9,6 +9,7 @@
 #include "core/file.h"
 #include "core/log.h"
 #include "core/run_folder.h"
+#include "model/checkpoint_reader.h"
 #include "model/safetensors.h"
 #include "runtime/threads.h"
 
@@ -48,6 +49,7 @@ absl::StatusOr<LoadedRun> load_run(const std::string& run_dir, int64_t step) {
   }
   run.checkpoint = folder.checkpoint(name);
   const std::string weights = run.checkpoint + "/model.safetensors";
+  LM_RETURN_IF_ERROR(model::verify_checkpoint_read(run.checkpoint, {"model.safetensors"}));  // there, and its checksum
   if (!fs::exists(weights)) return absl::NotFoundError(absl::StrCat("not found, expected ", weights));
   auto parsed = RunFolder::parse_step_name(name);
   if (!parsed.ok()) return absl::InvalidArgumentError(absl::StrCat(run.checkpoint, ": folder name is not step-<N>"));

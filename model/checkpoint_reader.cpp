@@ -6,7 +6,9 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "core/checkpoint_manifest.h"
 #include "core/file.h"
+#include "core/log.h"
 #include "core/run_folder.h"
 #include "model/safetensors.h"
 
@@ -30,9 +32,19 @@ absl::StatusOr<std::string> find_checkpoint(const std::string& run_dir, int64_t 
   for (const char* f : {"model.safetensors", "optimizer.safetensors", "trainer.json"}) {
     if (!fs::exists(fs::path(dir) / f))
       return absl::NotFoundError(absl::StrCat(dir, ": checkpoint is missing ", f,
-                                              " (incomplete or damaged; pick another with --step)"));
+                                              " (incomplete or damaged; read another checkpoint with --step N)"));
   }
   return dir;
+}
+
+absl::Status verify_checkpoint_read(const std::string& ckpt_dir, const std::vector<std::string>& files) {
+  bool unverified = false;
+  absl::Status st = verify_checkpoint(ckpt_dir, files, &unverified);
+  if (!st.ok())
+    return absl::Status(st.code(), absl::StrCat(st.message(), "; read another checkpoint with --step N"));
+  if (unverified)
+    log_warn("%s: no %s (written before checkpoint checksums): read unverified", ckpt_dir, kManifestName);
+  return absl::OkStatus();
 }
 
 absl::StatusOr<Json> read_trainer_state(const std::string& ckpt_dir) {
@@ -59,6 +71,7 @@ absl::StatusOr<TrainedModel> load_trained_model(const std::string& run_dir, int6
   LM_RETURN_IF_ERROR(from_json(t.run_config["model"], t.config, "model"));
   LM_RETURN_IF_ERROR(run.check_tokenizer());  // what sample prints and an export ships with the weights
   LM_ASSIGN_OR_RETURN(t.checkpoint, find_checkpoint(run_dir, step));
+  LM_RETURN_IF_ERROR(verify_checkpoint_read(t.checkpoint, {"model.safetensors", "trainer.json"}));
   LM_ASSIGN_OR_RETURN(t.trainer, read_trainer_state(t.checkpoint));
   t.model = Transformer(t.config);
   LM_RETURN_IF_ERROR(load_model(t.checkpoint, t.model));

@@ -5,6 +5,7 @@
 #pragma once
 
 #include <string>
+#include <vector>
 
 #include "core/config.h"
 #include "model/config.h"
@@ -16,6 +17,11 @@ namespace lm::model {
 absl::StatusOr<std::string> latest_checkpoint(const std::string& run_dir);
 // The folder of `step` (or latest when step < 0), checked to hold all three files.
 absl::StatusOr<std::string> find_checkpoint(const std::string& run_dir, int64_t step);
+
+// Checks `files` of a checkpoint against its manifest (core/checkpoint_manifest.h) before a
+// reader (lmeval, export) loads them: DataLoss naming the file, and --step to read another; a
+// checkpoint from before checksums is read with a warning.
+absl::Status verify_checkpoint_read(const std::string& ckpt_dir, const std::vector<std::string>& files);
 
 // Reads trainer.json and validates that all files are present and readable.
 absl::StatusOr<Json> read_trainer_state(const std::string& ckpt_dir);

@@ -1,12 +1,14 @@
 #include "train/checkpoint.h"
 
 #include <ATen/CPUGeneratorImpl.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <chrono>
 #include <filesystem>
 
 #include "absl/strings/str_format.h"
+#include "core/checkpoint_manifest.h"
 #include "core/file.h"
 #include "core/run_folder.h"
 #include "model/safetensors.h"
@@ -25,6 +27,8 @@ absl::Status write_checkpoint_folder(const fs::path& tmp, const fs::path& final_
   LM_RETURN_IF_ERROR(model::save_safetensors((tmp / "model.safetensors").string(), snap.model, {{"format", "pt"}}));
   LM_RETURN_IF_ERROR(model::save_safetensors((tmp / "optimizer.safetensors").string(), snap.optimizer));
   LM_RETURN_IF_ERROR(write_json_file((tmp / "trainer.json").string(), snap.trainer_state));
+  // Last: each file's size and CRC-32 as written (core/checkpoint_manifest.h).
+  LM_RETURN_IF_ERROR(write_checkpoint_manifest(tmp.string()));
   LM_RETURN_IF_ERROR(fsync_tree(tmp.string()));
   // A complete copy of this step that `latest` does not name yet.
   LM_RETURN_IF_ERROR(remove_tree(final_dir.string()));
@@ -33,18 +37,29 @@ absl::Status write_checkpoint_folder(const fs::path& tmp, const fs::path& final_
   return fsync_dir(final_dir.parent_path().string());
 }
 
-// keep-last-K: delete the oldest complete checkpoints beyond K (never `keep`, the new one).
+/// keep-last-K: delete the oldest complete checkpoints beyond K (never `keep`, the new one). Only
+// `step-N` folders: never a temp folder of a write, nor one a resume set aside as damaged.
 void prune_checkpoints(const fs::path& root, const std::string& keep, int64_t keep_last) {
   std::error_code ec;
   std::vector<std::string> names;
   for (const auto& e : fs::directory_iterator(root, ec)) {
     const std::string n = e.path().filename().string();
-    if (e.is_directory() && n.rfind("step-", 0) == 0 && n.find(".tmp") == std::string::npos) names.push_back(n);
+    if (e.is_directory() && RunFolder::parse_step_name(n).ok()) names.push_back(n);
   }
   std::sort(names.begin(), names.end());
   for (size_t i = 0; i + keep_last < names.size(); ++i) {
     if (names[i] != keep) (void)remove_tree((root / names[i]).string());  // retried at the next prune
   }
+}
+
+// Temp folders of this step a killed writer left ("step-N.tmp", "step-N.tmp.<pid>"): they hold
+// space. Only under the run lock (core/run_lock.h) is no other writer alive to own one.
+void remove_leftovers(const fs::path& root, const std::string& name) {
+  std::error_code ec;
+  std::vector<fs::path> old;
+  for (const auto& e : fs::directory_iterator(root, ec))
+    if (e.path().filename().string().rfind(name + ".tmp", 0) == 0) old.push_back(e.path());
+  for (const auto& p : old) (void)remove_tree(p.string());  // retried at the next write of this step
 }
 
 model::NamedTensors to_cpu(model::NamedTensors tensors, bool copy) {
@@ -75,11 +90,12 @@ absl::Status write_checkpoint(const std::string& run_dir, const CheckpointSnapsh
   const RunFolder run(run_dir);
   const fs::path root = run.checkpoints();
   const std::string name = RunFolder::step_name(snap.step);
-  const fs::path tmp = root / (name + ".tmp");
+  // This process's own temp folder (two writers never share one; the run lock keeps it to one).
+  const fs::path tmp = root / absl::StrFormat("%s.tmp.%d", name, static_cast<int>(::getpid()));
   const fs::path final_dir = root / name;
   std::error_code ec;
   fs::create_directories(root, ec);
-  LM_RETURN_IF_ERROR(remove_tree(tmp.string()));  // a leftover from a killed writer
+  remove_leftovers(root, name);
   // A step is written once: re-saving the step `latest` names (a signal right after a periodic
   // checkpoint) would delete the only good checkpoint before the rename, and a kill in between
   // would leave `latest` pointing at nothing. The state at one step is the same either way.

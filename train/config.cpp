@@ -151,12 +151,57 @@ std::string resolve_hardware(TrainConfig& c, bool cuda_available) {
   return absl::StrFormat("device %s (%s), dtype %s (%s), TF32 %s", c.hardware.device, dev_why, c.hardware.dtype, dtype_why, tf32);
 }
 
+namespace {
+
+// The value ranges of the fields resolve() does not derive.
+absl::Status check_ranges(const TrainConfig& c) {
+  auto bad = [](const std::string& field, const std::string& why) {
+    return absl::InvalidArgumentError("train." + field + ": " + why);
+  };
+  if (!(c.optimizer.lr > 0)) return bad("optimizer.lr", "must be positive");
+  if (c.optimizer.beta1 < 0 || c.optimizer.beta1 >= 1 || c.optimizer.beta2 < 0 || c.optimizer.beta2 >= 1) return bad("optimizer.beta1/beta2", "must be in [0, 1)");
+  if (c.optimizer.weight_decay < 0) return bad("optimizer.weight_decay", "must be >= 0");
+  // AdamW divides by sqrt(v) + eps: eps <= 0 divides by zero where a gradient is zero (issue 40).
+  if (!(c.optimizer.eps > 0))
+    return bad("optimizer.eps", absl::StrFormat("must be positive (AdamW divides by sqrt(v) + eps; usual 1e-8), got %g",
+                                                c.optimizer.eps));
+  if (c.schedule.kind != "cosine" && c.schedule.kind != "wsd" && c.schedule.kind != "constant")
+    return bad("schedule.kind", "expected cosine, wsd or constant, got '" + c.schedule.kind + "'");
+  if (c.schedule.warmup_steps < 0) return bad("schedule.warmup_steps", "must be >= 0");
+  if (c.schedule.min_lr_ratio < 0 || c.schedule.min_lr_ratio > 1) return bad("schedule.min_lr_ratio", "must be in [0, 1]");
+  if (c.schedule.decay_fraction < 0 || c.schedule.decay_fraction > 1) return bad("schedule.decay_fraction", "must be in [0, 1]");
+  if (c.optimizer.grad_clip < 0) return bad("optimizer.grad_clip", "must be >= 0");
+  if (c.logging.interval <= 0) return bad("logging.interval", "must be positive");
+  if (c.checkpoint.interval < 0) return bad("checkpoint.interval", "must be >= 0");
+  if (c.eval.sample_tokens < 0) return bad("eval.sample_tokens", "must be >= 0 (0 = no text samples at validation)");
+  if (!(c.checkpoint.minutes >= 0))
+    return bad("checkpoint.minutes", absl::StrFormat("must be >= 0 (0 = off), got %g", c.checkpoint.minutes));
+  if (c.checkpoint.keep_last < 1) return bad("checkpoint.keep_last", "must be >= 1");
+  if (c.nan_skip_limit < 0) return bad("nan_skip_limit", absl::StrCat("must be >= 0, got ", c.nan_skip_limit));
+  if (!(c.logging.mfu_floor >= 0 && c.logging.mfu_floor < 1))
+    return bad("logging.mfu_floor", absl::StrFormat("must be in [0, 1) (a fraction of the peak; 0 = off), got %g", c.logging.mfu_floor));
+  if (!(c.debug.slow_forward_ms >= 0)) return bad("debug.slow_forward_ms", "must be >= 0");
+  if (c.debug.inject_nan_steps < 1) return bad("debug.inject_nan_steps", "must be >= 1");
+  if (c.debug.inject_nan_in != "grad" && c.debug.inject_nan_in != "loss")
+    return bad("debug.inject_nan_in", "expected grad or loss, got '" + c.debug.inject_nan_in + "'");
+  if (c.hardware.device != "auto" && c.hardware.device != "cpu" && c.hardware.device != "cuda") return bad("hardware.device", "expected auto, cpu or cuda, got '" + c.hardware.device + "'");
+  if (!(c.distributed.bucket_mb > 0)) return bad("distributed.bucket_mb", "must be positive (MiB per all-reduce bucket)");
+  if (c.hardware.dtype != "auto" && c.hardware.dtype != "fp32" && c.hardware.dtype != "bf16") return bad("hardware.dtype", "expected auto, fp32 or bf16, got '" + c.hardware.dtype + "'");
+  return absl::OkStatus();
+}
+
+}  // namespace
+
 absl::Status resolve(TrainConfig& c, const model::ModelConfig& m, int world_size) {
   auto bad = [](const std::string& field, const std::string& why) {
     return absl::InvalidArgumentError("train." + field + ": " + why);
   };
   if (c.batch.micro_batch <= 0) return bad("batch.micro_batch", absl::StrCat("must be positive, got ", c.batch.micro_batch));
   if (c.batch.seq_len <= 0) return bad("batch.seq_len", absl::StrCat("must be positive, got ", c.batch.seq_len));
+  if (c.batch.seq_len < kMinSeqLen)  // --seq-len 1 failed as "start-up verification failed ... zero gradient"
+    return bad("batch.seq_len", absl::StrFormat("%d is too short: attention over a single token has nothing to learn "
+                                                "(its query and key weights get no gradient); pass --seq-len %d or more",
+                                                c.batch.seq_len, kMinSeqLen));
   if (c.batch.seq_len > m.max_seq_len)
     return bad("batch.seq_len", absl::StrCat(c.batch.seq_len, " exceeds the model's max_seq_len ", m.max_seq_len));
   if (c.batch.batch_tokens < 0) return bad("batch.batch_tokens", absl::StrCat("must be >= 0, got ", c.batch.batch_tokens));
@@ -184,35 +229,22 @@ absl::Status resolve(TrainConfig& c, const model::ModelConfig& m, int world_size
   if (!product({per_micro, c.batch.grad_accum}, &per_step))
     return bad("batch.grad_accum", absl::StrCat(c.batch.grad_accum, " micro-batches of ", per_micro,
                                           " tokens overflow a 64-bit count"));
+  // Upper bounds (issue 40): `--grad-accum 1000000000` was accepted as a 1024B-token step that
+  // ignored SIGTERM for minutes. The largest published pretraining batches are ~16M tokens.
+  if (c.batch.grad_accum > kMaxGradAccum)
+    return bad("batch.grad_accum", absl::StrFormat("%d micro-batches per step is above the limit of %d; a larger "
+                                                   "batch.micro_batch gives the same tokens per step in fewer",
+                                                   c.batch.grad_accum, kMaxGradAccum));
+  if (per_step > kMaxTokensPerStep)
+    return bad("batch.grad_accum", absl::StrFormat("%d tokens per step (micro_batch %d x seq_len %d x grad_accum %d x "
+                                                   "%d ranks) is above the limit of %d (2^27); lower grad_accum or "
+                                                   "batch_tokens",
+                                                   per_step, c.batch.micro_batch, c.batch.seq_len, c.batch.grad_accum,
+                                                   world_size, kMaxTokensPerStep));
   if (c.tokens < 0) return bad("tokens", "must be >= 0");
   if (c.tokens > 0) c.steps = c.tokens / per_step + (c.tokens % per_step != 0);  // ceil, without overflow
   if (c.steps <= 0) return bad("steps", absl::StrCat("must be positive, got ", c.steps));
-  if (!(c.optimizer.lr > 0)) return bad("optimizer.lr", "must be positive");
-  if (c.optimizer.beta1 < 0 || c.optimizer.beta1 >= 1 || c.optimizer.beta2 < 0 || c.optimizer.beta2 >= 1) return bad("optimizer.beta1/beta2", "must be in [0, 1)");
-  if (c.optimizer.weight_decay < 0) return bad("optimizer.weight_decay", "must be >= 0");
-  if (c.schedule.kind != "cosine" && c.schedule.kind != "wsd" && c.schedule.kind != "constant")
-    return bad("schedule.kind", "expected cosine, wsd or constant, got '" + c.schedule.kind + "'");
-  if (c.schedule.warmup_steps < 0) return bad("schedule.warmup_steps", "must be >= 0");
-  if (c.schedule.min_lr_ratio < 0 || c.schedule.min_lr_ratio > 1) return bad("schedule.min_lr_ratio", "must be in [0, 1]");
-  if (c.schedule.decay_fraction < 0 || c.schedule.decay_fraction > 1) return bad("schedule.decay_fraction", "must be in [0, 1]");
-  if (c.optimizer.grad_clip < 0) return bad("optimizer.grad_clip", "must be >= 0");
-  if (c.logging.interval <= 0) return bad("logging.interval", "must be positive");
-  if (c.checkpoint.interval < 0) return bad("checkpoint.interval", "must be >= 0");
-  if (c.eval.sample_tokens < 0) return bad("eval.sample_tokens", "must be >= 0 (0 = no text samples at validation)");
-  if (!(c.checkpoint.minutes >= 0))
-    return bad("checkpoint.minutes", absl::StrFormat("must be >= 0 (0 = off), got %g", c.checkpoint.minutes));
-  if (c.checkpoint.keep_last < 1) return bad("checkpoint.keep_last", "must be >= 1");
-  if (c.nan_skip_limit < 0) return bad("nan_skip_limit", absl::StrCat("must be >= 0, got ", c.nan_skip_limit));
-  if (!(c.logging.mfu_floor >= 0 && c.logging.mfu_floor < 1))
-    return bad("logging.mfu_floor", absl::StrFormat("must be in [0, 1) (a fraction of the peak; 0 = off), got %g", c.logging.mfu_floor));
-  if (!(c.debug.slow_forward_ms >= 0)) return bad("debug.slow_forward_ms", "must be >= 0");
-  if (c.debug.inject_nan_steps < 1) return bad("debug.inject_nan_steps", "must be >= 1");
-  if (c.debug.inject_nan_in != "grad" && c.debug.inject_nan_in != "loss")
-    return bad("debug.inject_nan_in", "expected grad or loss, got '" + c.debug.inject_nan_in + "'");
-  if (c.hardware.device != "auto" && c.hardware.device != "cpu" && c.hardware.device != "cuda") return bad("hardware.device", "expected auto, cpu or cuda, got '" + c.hardware.device + "'");
-  if (!(c.distributed.bucket_mb > 0)) return bad("distributed.bucket_mb", "must be positive (MiB per all-reduce bucket)");
-  if (c.hardware.dtype != "auto" && c.hardware.dtype != "fp32" && c.hardware.dtype != "bf16") return bad("hardware.dtype", "expected auto, fp32 or bf16, got '" + c.hardware.dtype + "'");
-  return absl::OkStatus();
+  return check_ranges(c);
 }
 
 double lr_at(const TrainConfig& c, int64_t step) {

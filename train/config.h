@@ -244,6 +244,12 @@ void clear_shadowed(const Json& train_section, TrainConfig& cfg);
 // Returns one line for fit's start-up log saying what was chosen and why.
 std::string resolve_hardware(TrainConfig& cfg, bool cuda_available);
 
+// Bounds resolve() enforces: micro-batches per optimizer step, tokens per step, window length.
+inline constexpr int64_t kMaxGradAccum = 65536;
+inline constexpr int64_t kMaxTokensPerStep = int64_t{1} << 27;
+// The shortest training window: with one token, softmax attention is constant and q/k learn nothing.
+inline constexpr int64_t kMinSeqLen = 2;
+
 // Fills derived fields (grad_accum from batch_tokens, steps from tokens) and checks ranges; device
 // and dtype may still be "auto" (resolve_hardware decides them: fit and Trainer::create call it
 // first; this file stays free of LibTorch for the fuzz build);

@@ -14,7 +14,9 @@
 #include "data/sampler.h"
 #include "model/hf_import.h"
 #include "train/device.h"
+#include "train/preflight.h"
 #include "train/resume.h"
+#include "train/resume_point.h"
 
 namespace lm::train {
 namespace fs = std::filesystem;
@@ -60,6 +62,16 @@ absl::StatusOr<bool> decide_resume(const FitOptions& o, const RunFolder& run) {
         "; no config.json); --resume auto starts a run only in a new or empty folder: pick another --out"));
   if (c.holds == RunFolder::Holds::kNothing) log_info("%s: no run there yet; starting it (--resume auto)", run.dir());
   return c.holds == RunFolder::Holds::kRun;
+}
+
+// The run lock, held by `s` until the fit ends; a lock file a dead process left is taken over.
+absl::Status lock_run(const RunFolder& run, RunSetup& s) {
+  LM_ASSIGN_OR_RETURN(s.lock, RunLock::acquire(run.dir()));
+  const Json& was = s.lock.previous_holder();
+  if (was.contains("pid"))
+    log_info("%s: took over the lock of pid %s on %s, which no longer holds it (it was killed or crashed)",
+             s.lock.path(), was["pid"].dump(), was.value("host", "?"));
+  return absl::OkStatus();
 }
 
 // The run's config.json, the base a resume starts from.
@@ -145,19 +157,11 @@ SourceOf source_of(const FitOptions& o) {
   };
 }
 
-// The step of the latest checkpoint; 0 when the run was killed before its first one.
-absl::StatusOr<int64_t> done_step(const RunFolder& run) {
-  auto name = run.latest_name();
-  if (absl::IsNotFound(name.status())) return 0;
-  LM_RETURN_IF_ERROR(name.status());
-  auto step = RunFolder::parse_step_name(*name);
-  if (!step.ok()) return annotate(step.status(), run.latest());
-  return *step;
-}
-
 // Compares the request with the run's config (plan_resume) and logs what re-planning did.
 absl::Status plan_the_resume(const FitOptions& o, const RunFolder& run, const ResumeBase& base, RunSetup& s) {
-  LM_ASSIGN_OR_RETURN(s.done_step, done_step(run));
+  // The newest checkpoint that verifies (train/resume_point.h); step 0 when there is none yet.
+  LM_ASSIGN_OR_RETURN(s.req.resume_point, choose_resume_point(run.dir()));
+  s.done_step = s.req.resume_point->step;
   auto plan = plan_resume(base.rf.model, base.rf.train, s.req.model, s.req.train, s.done_step, s.req.world_size,
                           source_of(o));
   if (!plan.ok()) return annotate(plan.status(), run.dir());
@@ -328,6 +332,8 @@ absl::StatusOr<std::unique_ptr<RunSetup>> set_up_run(const FitOptions& o) {
   auto s = std::make_unique<RunSetup>();
   // The run folder first: a wrong --resume/--force is the cheapest mistake to name.
   const RunFolder run(o.out);
+  // One writer per run folder, before anything is written (core/run_lock.h). Rank 0 writes.
+  if (env.rank == 0) LM_RETURN_IF_ERROR(lock_run(run, *s));
   LM_ASSIGN_OR_RETURN(s->resuming, decide_resume(o, run));
   if (o.data.empty() && !s->resuming)
     return absl::InvalidArgumentError("fit needs --data (the shards folder of 'lmtrain prepare')");
@@ -364,6 +370,7 @@ absl::StatusOr<std::unique_ptr<RunSetup>> set_up_run(const FitOptions& o) {
   LM_RETURN_IF_ERROR(resolve(s->req.train, s->req.model, s->req.world_size));
   if (const std::string w = no_checkpoint_warning(s->req.train, s->done_step); !w.empty() && env.rank == 0)
     log_warn("%s", w);
+  if (env.rank == 0) LM_RETURN_IF_ERROR(preflight(s->req.model, s->req.train));  // memory, warmup
   {
     PhaseTimer timer(s->req.startup, "data open");  // the sampler and validation windows
     LM_RETURN_IF_ERROR(load_data(set, *s));

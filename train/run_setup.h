@@ -14,6 +14,7 @@
 #include <optional>
 #include <string>
 
+#include "core/run_lock.h"
 #include "tokenizer/tokenizer.h"
 #include "train/config.h"
 #include "train/data_source.h"
@@ -48,6 +49,7 @@ struct FitOptions {
 // A fit ready to run. Heap-allocated and never moved: req.codec points into `tok`, req.comm
 // into `comm`.
 struct RunSetup {
+  RunLock lock;  // first: released last, after everything below (core/run_lock.h)
   FitRequest req;
   bool resuming = false;  // continues an existing run (--resume, or --resume auto that found one)
   bool finished = false;  // a resume of a run at its last step: nothing to train

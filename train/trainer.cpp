@@ -13,6 +13,7 @@
 #include "absl/strings/str_split.h"
 #include "core/file.h"
 #include "core/log.h"
+#include "core/mapped_guard.h"
 #include "core/run_folder.h"
 #include "runtime/runtime.h"
 #include "runtime/threads.h"
@@ -185,6 +186,7 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::create(const FitRequest& req_i
   LM_RETURN_IF_ERROR(model::validate(req.model));
   LM_RETURN_IF_ERROR(resolve(req.train, req.model, req.world_size));
   LM_RETURN_IF_ERROR(RunFolder(req.run_dir).open(req.resume, req.force));
+  install_mapped_file_guard();  // a shard cut short under the run: a clean stop, not SIGBUS
   std::unique_ptr<Trainer> t(new Trainer(req, source, val));
   LM_RETURN_IF_ERROR(t->build_model());
   LM_RETURN_IF_ERROR(t->restore_or_start());
@@ -234,14 +236,20 @@ absl::Status Trainer::build_model() {
 
 absl::Status Trainer::restore_or_start() {
   if (!req_.resume) return write_run_config();
-  if (!fs::exists(RunFolder(req_.run_dir).latest())) {
+  ResumePoint point;
+  if (req_.resume_point) {
+    point = *req_.resume_point;
+  } else {
+    LM_ASSIGN_OR_RETURN(point, choose_resume_point(req_.run_dir));
+  }
+  if (point.checkpoint.empty()) {
     // Killed before its first checkpoint: the run starts over from step 0 with its own config
     // (the model above is initialised from the same seed as a fresh start).
     if (main_rank_) LM_RETURN_IF_ERROR(truncate_logs(req_.run_dir, 0));
     log_info("%s: no checkpoint yet; starting the run from step 0 with its config.json", req_.run_dir);
     return write_run_config();
   }
-  LM_ASSIGN_OR_RETURN(std::string ckpt, find_checkpoint(req_.run_dir, -1));
+  const std::string& ckpt = point.checkpoint;
   LM_ASSIGN_OR_RETURN(Json state, read_trainer_state(ckpt));
   LM_RETURN_IF_ERROR(check_resume_compatible(state, req_, ckpt));
   LM_RETURN_IF_ERROR(load_model(ckpt, model_));
@@ -257,6 +265,8 @@ absl::Status Trainer::restore_or_start() {
   step_ = state["step"].get<int64_t>();
   tokens_ = state["tokens"].get<int64_t>();
   nan_skipped_ = state.value("nan_skipped", int64_t{0});
+  // Loaded: now set aside the newer checkpoints that failed and point `latest` here, then cut the logs back.
+  if (main_rank_) LM_RETURN_IF_ERROR(settle_resume_point(req_.run_dir, point));
   if (main_rank_) LM_RETURN_IF_ERROR(truncate_logs(req_.run_dir, step_));
   log_info("resumed from %s (step %d, %s tokens)", ckpt, step_, format_count(static_cast<double>(tokens_)));
   return write_run_config();
@@ -295,15 +305,27 @@ void Trainer::choose_cuda_graphs() {
 // train.hardware.threads (the global --threads) forces the count; 0 times a forward of one sequence
 // (up to 128 tokens) at 1 thread and at all cores and keeps the faster (runtime/threads.h). On CUDA
 // the CPU threads only feed the device: all cores, no probe.
+// A resume on CPU keeps the thread count of the checkpoint it continues from (trainer.json
+// "threads"): another count sums in another order, and the weights after the resume differ in
+// their last bits from a run that never stopped (issue 40). --threads N still wins, said loudly.
 void Trainer::choose_threads() {
   PhaseTimer timer(req_.startup, "thread probe");
   const int64_t t = std::min<int64_t>(tc_.batch.seq_len, 128);
   auto forward = model::forward_probe(model_, 1, t);
-  const ThreadChoice c = set_threads_for(tc_.hardware.threads, !device_.is_cuda(), [&] {
+  const int run = req_.resume && req_.resume_point && !device_.is_cuda() ? req_.resume_point->threads : 0;
+  const int want = tc_.hardware.threads == 0 && run > 0 ? run : tc_.hardware.threads;
+  const ThreadChoice c = set_threads_for(want, !device_.is_cuda(), [&] {
     AutocastGuard ac(device_, bf16_);
     return forward();
   }, absl::StrFormat("forward 1 x %d tokens", t));
+  threads_ = c.threads;
   threads_line_ = c.line;  // said with the device in announce()
+  if (want == run && run > 0) threads_line_ += " (the run's count, kept on resume: bit-identical)";
+  if (run > 0 && c.threads != run && main_rank_)
+    log_warn("threads: this start trains on %d, the checkpoint it resumes was trained on %d: from here on the weights "
+             "differ in their last bits from a run that never stopped (sums in another order). Leave --threads out, "
+             "or pass --threads %d, to continue bit-identically",
+             c.threads, run, run);
 }
 
 // train.hardware.fast_paths_off: each named fast path on its reference from the start (an
@@ -455,8 +477,14 @@ absl::StatusOr<FitSummary> Trainer::train() {
   t_start_ = t_log_ = last_checkpoint_ = Clock::now();
   tokens_at_log_ = tokens_;
   while (step_ < tc_.steps) {
-    unread_.push_back(train_step());  // its loss, norm and skip flag stay on the device
-    advance(unread_.back());          // step and token counters, timings
+    StepResult r = train_step();  // its loss, norm and skip flag stay on the device
+    if (r.abandoned) {            // SIGINT/SIGTERM between its micro-batches: dropped whole
+      LM_RETURN_IF_ERROR(stop_mid_step());
+      break;
+    }
+    unread_.push_back(std::move(r));
+    advance(unread_.back());  // step and token counters, timings
+    LM_RETURN_IF_ERROR(check_data_intact());  // a shard that shrank under a step that could not be dropped
     if (split_.done && sum_.floor_warning.empty()) warn_floor();  // the throughput floor fired
     // The only host read of step results: losses, and each non-finite step through
     // handle_non_finite (skip, or stop past train.nan_skip_limit).
@@ -492,7 +520,10 @@ StepResult Trainer::train_step() {
   if (graphs_ && steps_this_start_ >= 2) {
     graphed_step(r);
   } else {
+    if (can_drop_step()) step_cursor_ = data_cursor();  // a step dropped midway comes back here
     auto out = device_step([&](int64_t micro) { return take_window(more_windows(micro)); }, fault, r);
+    r.abandoned = abandoned_;
+    if (r.abandoned) return r;
     r.record = std::move(out.record);
     r.present = std::move(out.present);
   }
@@ -530,6 +561,7 @@ Trainer::DeviceStep Trainer::device_step(const std::function<torch::Tensor(int64
   lap(nullptr);  // the split's clock starts here (when the step is timed phase by phase)
   optim_->zero_grad();
   torch::Tensor loss = accumulate_gradients(fault, window);  // float64 scalar on the device
+  if (abandoned_) return {};                                  // a stop between micro-batches
   if (grad_sync_) r.comm_wait_s = sync_gradients(loss);
   if (fault == FaultInjector::Site::kGradient) FaultInjector::poison_gradient(params_);
   GradNorm norm = clip_grad_norm(plist_, tc_.optimizer.grad_clip);
@@ -611,10 +643,20 @@ torch::Tensor Trainer::accumulate_gradients(FaultInjector::Site fault,
                                             const std::function<torch::Tensor(int64_t)>& window) {
   AutocastGuard ac(device_, bf16_);
   torch::Tensor step_loss = torch::zeros({}, torch::TensorOptions().dtype(torch::kFloat64).device(device_));
-  for (int64_t micro = 0; micro < tc_.batch.grad_accum; ++micro) {
+  micro_done_ = 0;
+  for (int64_t micro = 0; micro < tc_.batch.grad_accum; ++micro, ++micro_done_) {
+    if (can_drop_step() && lm::stop_signal() != 0) {  // a stop is heard within one micro-batch
+      abandoned_ = true;
+      break;
+    }
     if (tc_.debug.slow_forward_ms > 0)  // tests: a run slowed on purpose (the throughput floor)
       std::this_thread::sleep_for(std::chrono::duration<double, std::milli>(tc_.debug.slow_forward_ms));
-    auto loss = model_->loss(window(micro)) / static_cast<double>(tc_.batch.grad_accum);
+    torch::Tensor w = window(micro);
+    if (can_drop_step() && !mapped_file_fault().empty()) {  // a shard shrank under the run: zeros, not data
+      abandoned_ = true;
+      break;
+    }
+    auto loss = model_->loss(w) / static_cast<double>(tc_.batch.grad_accum);
     if (fault == FaultInjector::Site::kLoss) loss = FaultInjector::poison_loss(loss);
     lap(&split_.forward);
     // Only the last micro-batch's backward all-reduces (the others accumulate locally).
@@ -951,6 +993,7 @@ Json Trainer::trainer_state() const {
   s["code_version"] = kCodeVersion;
   s["loss"] = last_loss_;
   s["nan_skipped"] = nan_skipped_;
+  if (!device_.is_cuda()) s["threads"] = threads_;  // a resume keeps it (choose_threads)
   return s;
 }
 
@@ -977,6 +1020,45 @@ Trainer::Stop Trainer::stop_policy() {
   if (sig == 0) return Stop::kNo;
   sum_.stop_signal = sig;
   return Stop::kSignal;
+}
+
+// Where a step can be dropped between micro-batches (a stop signal, a shard that shrank): one
+// process (ranks agree on stopping at read steps only: stop_policy) and not a CUDA graph (a replay
+// is one launch).
+bool Trainer::can_drop_step() const { return req_.comm == nullptr && !graphs_; }
+
+// The step in flight is dropped whole: its partial gradients are discarded and the data stream
+// goes back to the step's start, so the checkpoint of the last complete step resumes bit-identically
+// (the step is redone from its first micro-batch).
+absl::Status Trainer::stop_mid_step() {
+  optim_->zero_grad();
+  ahead_ = torch::Tensor();
+  LM_RETURN_IF_ERROR(annotate(source_.restore(step_cursor_), "rewinding the data stream to the step's start"));
+  const std::string shard = mapped_file_fault();
+  if (shard.empty()) sum_.stop_signal = lm::stop_signal();
+  LM_RETURN_IF_ERROR(checkpoint(/*wait=*/true));
+  if (!shard.empty())
+    return absl::DataLossError(absl::StrFormat(
+        "%s: the file shrank while fit was reading it (a read past its new end; it was checked when opened); step %d "
+        "dropped, stopped after step %d with a checkpoint. Put the shards back as 'lmtrain prepare' wrote them (or "
+        "prepare into a new folder) and --resume",
+        shard, step_ + 1, step_));
+  log_warn("signal %d during step %d (after %d of its %d micro-batches): the step is dropped, its partial gradients "
+           "discarded; stopped after step %d with a checkpoint; continue with --resume",
+           sum_.stop_signal, step_ + 1, micro_done_, tc_.batch.grad_accum, step_);
+  return absl::OkStatus();
+}
+
+// Where a step cannot be dropped (data parallel, CUDA graphs), a shard that shrank under the run
+// ends it here, before the step's results are logged or checkpointed: it trained on zeros.
+absl::Status Trainer::check_data_intact() const {
+  const std::string shard = mapped_file_fault();
+  if (shard.empty()) return absl::OkStatus();
+  auto latest = latest_checkpoint(req_.run_dir);
+  return absl::DataLossError(absl::StrFormat(
+      "%s: the file shrank while fit was reading it; step %d read zeros in its place and is not checkpointed; last "
+      "good checkpoint: %s. Put the shards back as 'lmtrain prepare' wrote them and --resume",
+      shard, step_, latest.ok() ? *latest : std::string("none yet")));
 }
 
 void Trainer::announce_stop(Stop why) {

@@ -6,6 +6,7 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -20,6 +21,7 @@
 #include "train/faults.h"
 #include "train/grad_sync.h"
 #include "train/optim.h"
+#include "train/resume_point.h"
 #include "train/step_graph.h"
 #include "train/samples.h"
 #include "train/startup_log.h"
@@ -58,6 +60,9 @@ struct FitRequest {
   TextCodec codec;        // the run's tokenizer, for text samples at validation (train/samples.h); unset: none
   std::string hardware;   // how device and dtype were chosen (resolve_hardware), said at start-up; "": the trainer's
   StartupLog startup;     // phases timed before the trainer (set_up_run: "data open"); the trainer adds its own
+  // The checkpoint a resume continues from, chosen (and verified) by set_up_run; unset: the
+  // trainer chooses it (train/resume_point.h).
+  std::optional<ResumePoint> resume_point;
 };
 
 struct FitSummary {
@@ -117,6 +122,7 @@ struct StepResult {
   double seconds = 0;    // zero_grad .. optimizer step
   double comm_wait_s = 0;  // of which blocked on the gradient all-reduce after backward
   std::string skipped;     // not applied: the first non-finite parameter (set by the NaN handler)
+  bool abandoned = false;  // a stop signal or a shrunk shard came between its micro-batches: dropped whole (stop_mid_step)
 };
 
 // The training loop as named parts (docs/architecture.md, "The training loop"). create() sets up
@@ -191,6 +197,9 @@ class Trainer {
   absl::Status checkpoint(bool wait);
   Stop stop_policy();
   void announce_stop(Stop why);
+  bool can_drop_step() const;
+  absl::Status stop_mid_step();
+  absl::Status check_data_intact() const;
   FitSummary finish() const;
   Json trainer_state() const;
 
@@ -217,6 +226,7 @@ class Trainer {
   FaultInjector faults_;
   DevicePeak peak_;
   std::string threads_line_;  // choose_threads: the count and why, said in the device line
+  int threads_ = 0;           // the intra-op thread count chosen (kept in trainer.json)
   StartupChecks checks_;      // what startup_checks found, said in one line (train/startup_log.h)
   double flops_per_token_ = 0;
   int64_t step_tokens_ = 0;
@@ -227,6 +237,11 @@ class Trainer {
   std::vector<int32_t> flat_;  // one micro-batch of token ids, reused
   torch::Tensor ahead_;        // the next micro-batch's windows, on the device (take_window)
   Json ahead_cursor_;          // the data cursor before ahead_ was fetched
+  // A stop between micro-batches (can_drop_step): the step in flight is dropped, and the
+  // data stream goes back to where it began.
+  Json step_cursor_;
+  int64_t micro_done_ = 0;     // micro-batches the step in flight finished
+  bool abandoned_ = false;
   std::vector<StepResult> unread_;  // steps whose results are still only on the device
   StepResult last_;                 // the last step read
 

@@ -1,11 +1,16 @@
 // The run folder's layout, its create/resume/force policy and the one metrics.jsonl reader.
 #include <gtest/gtest.h>
+#include <signal.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <filesystem>
 
+#include "core/checkpoint_manifest.h"
+#include "core/config.h"
 #include "core/file.h"
 #include "core/run_folder.h"
+#include "core/run_lock.h"
 
 namespace lm {
 namespace {
@@ -84,6 +89,7 @@ TEST(RunFolderLayout, ContentsTellNoRunYetFromARunFromSomethingElse) {
   fs::create_directories(r.tokenizer());
   ASSERT_TRUE(write_file_atomic(r.tokenizer() + "/spm.model", "x").ok());
   ASSERT_TRUE(write_file_atomic(r.config() + ".tmp.123", "{\"mod").ok());  // killed mid-write
+  ASSERT_TRUE(write_file_atomic((dir / kRunLockName).string(), "{\"pid\": 1}").ok());  // a kill leaves the lock file
   EXPECT_EQ(r.contents().holds, RunFolder::Holds::kNothing);
   ASSERT_TRUE(write_file_atomic((dir / "notes.txt").string(), "mine").ok());
   fs::create_directories(dir / "shards");
@@ -125,6 +131,85 @@ TEST(RunFolderLayout, CheckpointStepsAndTokenizerHash) {
   EXPECT_NE(st.message().find(hex64(fnv1a64("other bytes", 11))), std::string::npos) << st;
   EXPECT_NE(st.message().find("spm.model"), std::string::npos) << st;
   EXPECT_NE(st.message().find("config.json"), std::string::npos) << st;
+  fs::remove_all(dir.parent_path());
+}
+
+// Issue 40 item 1: two processes on one run folder. A child holds the lock; the parent is refused
+// (Unavailable: a restart loop retries) with the child's pid and host named; once the child is
+// killed (-9: no clean-up of its own), the lock is free again and the parent takes it over, seeing
+// what the dead holder had written. Releasing removes the file, and the folder it made.
+TEST(RunLock, OneHolderAtATimeAndADeadHoldersLockIsTakenOver) {
+  const fs::path dir = fresh("lock") / "run";
+  int ready[2];
+  ASSERT_EQ(pipe(ready), 0);
+  const pid_t child = fork();
+  if (child == 0) {
+    auto lock = RunLock::acquire(dir.string());
+    const char c = lock.ok() ? 'y' : 'n';
+    (void)!write(ready[1], &c, 1);
+    for (;;) pause();
+  }
+  char c = 0;
+  ASSERT_EQ(read(ready[0], &c, 1), 1);
+  ASSERT_EQ(c, 'y');
+  char host[256] = {};
+  gethostname(host, sizeof host - 1);
+  auto second = RunLock::acquire(dir.string());
+  kill(child, SIGKILL);  // before any ASSERT can return: a paused child would outlive the test
+  waitpid(child, nullptr, 0);
+  ASSERT_FALSE(second.ok());
+  EXPECT_EQ(second.status().code(), absl::StatusCode::kUnavailable) << second.status();
+  const std::string msg(second.status().message());
+  EXPECT_NE(msg.find("another process is writing this run (pid " + std::to_string(child) + " on host " + host), std::string::npos) << msg;
+  EXPECT_NE(msg.find(dir.string()), std::string::npos) << msg;
+  ASSERT_TRUE(fs::exists(dir / kRunLockName));  // a kill -9 leaves the file: only informative
+  {
+    auto third = RunLock::acquire(dir.string());
+    ASSERT_TRUE(third.ok()) << third.status();
+    EXPECT_EQ(third->previous_holder().value("pid", 0), child);
+    const Json mine = Json::parse(*read_file((dir / kRunLockName).string()));
+    EXPECT_EQ(mine["pid"], getpid());
+    EXPECT_EQ(mine["host"], host);
+  }
+  EXPECT_FALSE(fs::exists(dir / kRunLockName));  // released
+  EXPECT_TRUE(fs::exists(dir));                  // the child made the folder: not this lock's to remove
+  const fs::path fresh_dir = dir.parent_path() / "new";
+  { ASSERT_TRUE(RunLock::acquire(fresh_dir.string()).ok()); }
+  EXPECT_FALSE(fs::exists(fresh_dir));  // made by the lock, empty: removed (a refused start leaves nothing)
+  fs::remove_all(dir.parent_path());
+}
+
+// Issue 40 item 2: each file's size and CRC-32 in manifest.json; one flipped bit, a truncation, an
+// edit and a missing file are each named; a folder from before manifests reads as unverified.
+TEST(CheckpointManifest, FlippedBitTruncationEditAndMissingFileAreNamed) {
+  const fs::path dir = fresh("manifest");
+  fs::create_directories(dir);
+  const std::string weights(100000, '\x5a');
+  ASSERT_TRUE(write_file_atomic((dir / "model.safetensors").string(), weights).ok());
+  ASSERT_TRUE(write_file_atomic((dir / "trainer.json").string(), "{\"step\": 6}").ok());
+  bool unverified = true;
+  EXPECT_TRUE(verify_checkpoint(dir.string(), {"model.safetensors"}, &unverified).ok());
+  EXPECT_TRUE(unverified);  // no manifest yet
+  ASSERT_TRUE(write_checkpoint_manifest(dir.string()).ok());
+  EXPECT_TRUE(verify_checkpoint(dir.string(), {}, &unverified).ok());
+  EXPECT_FALSE(unverified);
+  auto expect_named = [&](const std::string& file, const std::string& what) {
+    const absl::Status st = verify_checkpoint(dir.string());
+    EXPECT_EQ(st.code(), absl::StatusCode::kDataLoss) << st;
+    EXPECT_NE(st.message().find(file), std::string::npos) << st;
+    EXPECT_NE(st.message().find(what), std::string::npos) << st;
+  };
+  std::string flipped = weights;
+  flipped[54321] ^= 0x04;  // one bit
+  ASSERT_TRUE(write_file_atomic((dir / "model.safetensors").string(), flipped).ok());
+  expect_named("model.safetensors", "checksum mismatch");
+  ASSERT_TRUE(write_file_atomic((dir / "model.safetensors").string(), weights.substr(0, 5000)).ok());
+  expect_named("model.safetensors", "5000 bytes, but manifest.json records 100000");
+  ASSERT_TRUE(write_file_atomic((dir / "model.safetensors").string(), weights).ok());
+  ASSERT_TRUE(write_file_atomic((dir / "trainer.json").string(), "{\"step\": 9}").ok());  // still valid JSON
+  expect_named("trainer.json", "checksum mismatch");
+  fs::remove(dir / "trainer.json");
+  expect_named("trainer.json", "missing");
   fs::remove_all(dir.parent_path());
 }
 

@@ -213,6 +213,22 @@ TEST_F(CorpusTest, DedupAcrossFilesAfterNfc) {
   EXPECT_EQ(docs.size(), 6u);
 }
 
+// Issue 40 item 8: lines of only non-ASCII spaces (NBSP, ideographic space, em space, zero-width
+// space, BOM) became documents; they are blank now, in every format. Text around them still counts.
+TEST_F(CorpusTest, LinesOfOnlyUnicodeSpacesAreNotDocuments) {
+  write("u.txt", "one\n\xC2\xA0\xC2\xA0\n\xE3\x80\x80 \xE2\x80\x83\n\xE2\x80\x8B\xEF\xBB\xBF\t\n\xC2\xA0two\xC2\xA0\n");
+  absl::Status st;
+  ReadStats stats;
+  auto docs = read_all(R"({"sources":[{"paths":["u.txt"],"lang":"en"}]})", 0, {}, &stats, &st);
+  LM_ASSERT_OK(st);
+  EXPECT_EQ(docs, (std::vector<std::string>{"one", "\xC2\xA0two\xC2\xA0"}));
+  EXPECT_EQ(stats.empty_dropped, 3);
+  write("p.txt", "a\nb\n\xE3\x80\x80\nc\n");  // an ideographic-space line ends a paragraph
+  docs = read_all(R"({"sources":[{"paths":["p.txt"],"lang":"en","format":"paragraphs"}]})", 0, {}, nullptr, &st);
+  LM_ASSERT_OK(st);
+  EXPECT_EQ(docs, (std::vector<std::string>{"a\nb", "c"}));
+}
+
 TEST_F(CorpusTest, JsonlErrorsNameFileAndLine) {
   std::string p = write("j.jsonl", "{\"text\":\"ok\"}\n{\"txt\":\"no\"}\n");
   std::string q = write("k.jsonl", "{\"text\":\"ok\"}\n{broken\n");

@@ -3,6 +3,7 @@
 // on stderr, and that no file that existed before the command was changed, deleted or added to.
 // A shared workspace (tokenizers, shards, runs of the tiny preset) is built once per build tree;
 // each test works on its own copy, so a damaged file never leaks into another test.
+#include "absl/strings/str_split.h"
 #include "tests/soak/cli_harness.h"
 
 namespace {
@@ -44,6 +45,19 @@ TEST_F(BadInput, CorpusEmpty) {
   EXPECT_BAD_INPUT(lmtrain({"tokenizer", "--corpus", corpus, "--vocab-size", "400", "--out", w("tok"), "--force"}),
                    "no text");
   expect_unchanged(before, ws());
+}
+
+// Issue 40 item 9: prepare on one line of 200 MB without a newline grew without bound, and under a
+// memory cap aborted ("terminate called without an active exception") leaving .prepare.tmp. A
+// document (or line) is capped at 64 MiB: a clear error naming file:line, the existing shards
+// untouched, no staging folder left.
+TEST_F(BadInput, CorpusLineOverTheDocumentCapIsRefusedWithNoTempFolderLeft) {
+  copy_in("tok"); copy_in("shards");
+  const std::string corpus = corpus_with(ws() / "corpus", "huge.txt", ("short line\n" + std::string((65 << 20), 'a')).c_str());
+  const Snapshot before = snapshot(ws());
+  EXPECT_BAD_INPUT(prepare(corpus), "huge.txt:2: a document longer than 64 MiB");
+  expect_unchanged(before, ws());
+  EXPECT_FALSE(fs::exists(ws() / "shards" / ".prepare.tmp"));
 }
 
 TEST_F(BadInput, CorpusInvalidUtf8NamesFileAndLine) {
@@ -162,6 +176,40 @@ TEST_F(BadConfig, NegativeNanSkipLimit) {
   expect_refused(R"({"train": {"nan_skip_limit": -1}})", {"train.nan_skip_limit"});
 }
 
+// Issue 40 item 8: values that passed or misled. A key set twice (the last won silently and an
+// earlier optimizer.lr was lost) names its path and both values; eps <= 0 trained; --seq-len 1 failed
+// as "start-up verification failed ... zero gradient", which read as a bug in lmforge.
+TEST_F(BadConfig, DuplicateKeyEpsAndSeqLenAreRefusedByName) {
+  expect_refused(R"({"train": {"optimizer": {"lr": 0.003, "beta1": 0.9, "lr": 0.01}}})",
+                 {"bad.json: train.optimizer.lr: duplicate key", "first 0.003, then 0.01"});
+  expect_refused(R"({"train": {"optimizer": {"eps": -1}}})", {"train.optimizer.eps: must be positive", "got -1"});
+  const Snapshot before = snapshot(ws());
+  EXPECT_BAD_INPUT(fit({"--seq-len", "1", "--out", w("new")}), "train.batch.seq_len: 1 is too short",
+                   "--seq-len 2 or more");
+  expect_unchanged(before, ws());
+  EXPECT_FALSE(fs::exists(ws() / "new"));
+}
+
+// Issue 40 items 6, 9: sizes checked before the run folder exists. --grad-accum 1000000000 was
+// accepted ("1024.00B tokens/step") and ignored SIGTERM for 9.5 minutes; --micro-batch 100000
+// started, died on a raw allocator error with a C++ stack, and left a folder only --force cleared.
+TEST_F(BadConfig, SizesThatCannotWorkAreRefusedBeforeTheFolderExists) {
+  const Snapshot before = snapshot(ws());
+  EXPECT_BAD_INPUT(fit({"--grad-accum", "1000000000", "--out", w("new")}),
+                   "train.batch.grad_accum: 1000000000 micro-batches per step is above the limit of 65536");
+  EXPECT_BAD_INPUT(fit({"--micro-batch", "1000000", "--out", w("new")}), "train.batch.micro_batch: 1000000 x seq_len 32",
+                   "GB available", "--micro-batch");
+  expect_unchanged(before, ws());
+  EXPECT_FALSE(fs::exists(ws() / "new")) << "a refused run must not create its folder";
+}
+
+// A run that is all warmup says so (it ran silently at a tiny lr before).
+TEST_F(BadConfig, AllWarmupRunWarns) {
+  Result r = fit({"--steps", "3", "--set", "schedule.warmup_steps=20", "--out", w("warm")});
+  ASSERT_EQ(r.rc, 0) << r.err;
+  EXPECT_NE(r.err.find("train.schedule.warmup_steps 20 is not below train.steps 3"), std::string::npos) << r.err;
+}
+
 // ---- token shards (lmtrain fit --data) ---------------------------------------------------------
 
 class BadShard : public BadInput {
@@ -203,6 +251,46 @@ TEST_F(BadShard, FlippedPayloadByte) {
   const Snapshot before = snapshot(ws());
   EXPECT_BAD_INPUT(fit_new(), shard_.filename().string(), "checksum");
   expect_unchanged(before, ws());
+}
+
+// Issue 40 item 8: a validation shard listed twice in the manifest was accepted (its tokens
+// counted twice in every validation loss).
+TEST_F(BadShard, ValidationShardListedTwiceIsRefused) {
+  Json m = Json::parse(slurp(ws() / "shards" / "manifest.json"));
+  Json val;
+  for (const Json& e : m["shards"])
+    if (e["split"] == "val") val = e;
+  ASSERT_FALSE(val.is_null());
+  m["shards"].push_back(val);
+  spit(ws() / "shards" / "manifest.json", m.dump(2));
+  const Snapshot before = snapshot(ws());
+  EXPECT_BAD_INPUT(fit_new(), "manifest.json: shards[", "'" + val["path"].get<std::string>() + "' is listed twice",
+                   "split val");
+  expect_unchanged(before, ws());
+  EXPECT_FALSE(fs::exists(ws() / "new"));
+}
+
+// Issue 40 item 5: a shard cut short while fit runs killed it with "Bus error" (exit 135), no
+// message and no stop checkpoint (the shards are mapped; their CRC is checked at open). Now the read
+// past the new end is caught, the step in flight is dropped, the last complete step is checkpointed,
+// and fit exits 2 naming the shard.
+TEST_F(BadShard, AShardCutShortUnderARunningFitStopsCleanlyNotWithABusError) {
+  const std::vector<std::string> argv = {kLmtrain, "fit", "--data", w("shards"), "--config", w("run.json"), "--preset",
+                                         "tiny", "--tokenizer", w("tok"), "--out", w("new"), "--set",
+                                         "debug.slow_forward_ms=300", "--threads", "2", "-q"};
+  const pid_t pid = spawn(argv, logs(), "shrink");
+  ASSERT_TRUE(wait_for([&] { return !slurp(ws() / "new" / "metrics.jsonl").empty(); }, 180)) << slurp(logs() / "shrink.err");
+  std::vector<fs::path> cut;
+  for (const auto& e : fs::directory_iterator(ws() / "shards"))
+    if (e.path().filename().string().find(".train.") != std::string::npos) cut.push_back(e.path());
+  for (const auto& p : cut) fs::resize_file(p, 0);  // as a sync tool or a full disk might leave them
+  const int rc = wait_exit(pid);
+  const std::string err = slurp(logs() / "shrink.err");
+  EXPECT_EQ(rc, 2) << err;
+  EXPECT_NE(err.find(".train."), std::string::npos) << err;
+  EXPECT_NE(err.find("the file shrank while fit was reading it"), std::string::npos) << err;
+  EXPECT_NE(err.find("with a checkpoint"), std::string::npos) << err;
+  EXPECT_FALSE(latest_of("new").empty()) << "a stop checkpoint";
 }
 
 TEST_F(BadShard, OtherTokenizer) {
@@ -249,36 +337,95 @@ class BadCheckpoint : public BadInput {
   fs::path ckpt_;
 };
 
-TEST_F(BadCheckpoint, MissingFile) {
-  for (const char* f : {"model.safetensors", "optimizer.safetensors", "trainer.json"}) {
-    SCOPED_TRACE(f);
-    const fs::path aside = root_ / f;
-    fs::rename(ckpt_ / f, aside);
-    const Snapshot before = snapshot(ws());
-    EXPECT_BAD_INPUT(resume(), ckpt_.string(), std::string("missing ") + f);
-    expect_unchanged(before, ws());
-    if (std::string(f) == "model.safetensors") {
-      EXPECT_BAD_INPUT(nll(), (ckpt_ / f).string());
-      expect_unchanged(before, ws());
+// Issue 40 items 2-3: a damaged newest checkpoint (a file missing, cut short, one bit flipped, an
+// edited trainer.json that is still valid JSON) is caught by its manifest. lmeval and export refuse
+// it naming the file; fit --resume skips it saying which file and why, sets it aside untouched as
+// step-N.damaged, and continues from the newest checkpoint that verifies (step 3), ending
+// bit-identical to the unbroken run. Before: a missing or truncated file exited 2 for good (a restart
+// loop stuck) with a hint naming --step, which fit does not have; a flipped bit or an edited
+// trainer.json loaded silently and the run went on from other weights.
+TEST_F(BadCheckpoint, DamagedLatestIsSkippedNamedSetAsideAndTheRunEndsExact) {
+  struct Damage {
+    const char* file;
+    std::function<std::string(std::string)> change;  // nullptr: the file is removed
+    const char* said;
+  };
+  const std::vector<Damage> cases = {
+      {"model.safetensors", nullptr, "missing model.safetensors"},
+      {"model.safetensors", [](std::string b) { b[b.size() / 2] ^= 0x01; return b; }, "checksum mismatch"},
+      {"optimizer.safetensors", [](std::string b) { return b.substr(0, b.size() / 2); }, "but manifest.json records"},
+      {"trainer.json", [](std::string b) {
+         Json t = Json::parse(b);
+         t["tokens"] = t["tokens"].get<int64_t>() + 64;  // the same number of digits: the size stays
+         return t.dump(2) + "\n";
+       }, "checksum mismatch"},
+  };
+  const std::string ref9 = slurp(shared_ws() / "ref" / "checkpoints" / "step-00000009" / "model.safetensors");
+  for (size_t i = 0; i < cases.size(); ++i) {
+    const Damage& d = cases[i];
+    SCOPED_TRACE(std::string(d.file) + " " + d.said);
+    const std::string name = "run" + std::to_string(i);
+    fs::copy(shared_ws() / "run", ws() / name, fs::copy_options::recursive);
+    const fs::path six = ws() / name / "checkpoints" / "step-00000006";
+    std::string damaged;
+    if (d.change) {
+      damaged = d.change(slurp(six / d.file));
+      spit(six / d.file, damaged);
+    } else {
+      fs::remove(six / d.file);
     }
-    fs::rename(aside, ckpt_ / f);
+    // Readers refuse the damaged checkpoint, naming the file (and --step to read another).
+    const Result read = std::string(d.file) == "trainer.json"
+                            ? lmtrain({"export", "--run", w(name), "--out", w(name + "_hf")})
+                            : lmeval({"nll", "--run", w(name), "--data", w("shards"), "--max-tokens", "256", "--out",
+                                      w(name + "_nll.json")});
+    if (std::string(d.file) != "optimizer.safetensors") EXPECT_BAD_INPUT(read, d.file, d.said, "--step");
+    Result r = fit({"--out", w(name), "--resume"});
+    ASSERT_EQ(r.rc, 0) << r.err;
+    for (const std::string& want : {std::string("resume: skipped step-00000006: "), std::string(d.file), std::string(d.said),
+                                    std::string("set aside as step-00000006.damaged (nothing deleted)")})
+      EXPECT_NE(r.err.find(want), std::string::npos) << "want '" << want << "' in: " << r.err;
+    EXPECT_EQ(slurp(ws() / name / "checkpoints" / "step-00000009" / "model.safetensors"), ref9);
+    EXPECT_EQ(latest_of(name), "step-00000009");
+    if (d.change) EXPECT_EQ(slurp(ws() / name / "checkpoints" / "step-00000006.damaged" / d.file), damaged);
+    EXPECT_TRUE(fs::exists(ws() / name / "checkpoints" / "step-00000006"));  // rewritten by the resumed run
   }
 }
 
-TEST_F(BadCheckpoint, TruncatedFile) {
-  for (const char* f : {"model.safetensors", "optimizer.safetensors", "trainer.json"}) {
-    SCOPED_TRACE(f);
-    const std::string good = slurp(ckpt_ / f);
-    spit(ckpt_ / f, good.substr(0, good.size() / 2));
-    const Snapshot before = snapshot(ws());
-    EXPECT_BAD_INPUT(resume(), (ckpt_ / f).string());
-    expect_unchanged(before, ws());
-    if (std::string(f) == "model.safetensors") {
-      EXPECT_BAD_INPUT(nll(), (ckpt_ / f).string());
-      expect_unchanged(before, ws());
-    }
-    spit(ckpt_ / f, good);
+// Issue 40 item 4: `latest` deleted with checkpoints 3 and 6 there. Before: "no checkpoint yet;
+// starting the run from step 0", metrics.jsonl cut to nothing, everything retrained. Now the resume
+// takes step 6 (the newest that verifies) and says why, and metrics.jsonl keeps steps 1-6.
+TEST_F(BadCheckpoint, MissingLatestNeverRestartsFromZero) {
+  fs::remove(ws() / "run" / "latest");
+  const std::string metrics = slurp(ws() / "run" / "metrics.jsonl");
+  Result r = fit({"--out", w("run"), "--resume"});
+  ASSERT_EQ(r.rc, 0) << r.err;
+  EXPECT_NE(r.err.find("latest is missing; resuming from the newest checkpoint that verifies, step-00000006 (not from "
+                       "step 0)"), std::string::npos) << r.err;
+  const std::string after = slurp(ws() / "run" / "metrics.jsonl");
+  EXPECT_EQ(after.substr(0, metrics.size()), metrics) << "steps 1-6 kept";
+  std::vector<int64_t> steps;
+  for (const auto& line : absl::StrSplit(after, '\n', absl::SkipEmpty())) steps.push_back(Json::parse(line)["step"]);
+  EXPECT_EQ(steps, (std::vector<int64_t>{1, 2, 3, 4, 5, 6, 7, 8, 9}));
+  EXPECT_EQ(slurp(ws() / "run" / "checkpoints" / "step-00000009" / "model.safetensors"),
+            slurp(shared_ws() / "ref" / "checkpoints" / "step-00000009" / "model.safetensors"));
+}
+
+// Every checkpoint damaged: fit --resume exits 2 naming each and why, and changes nothing (it
+// does not start over from step 0 over them).
+TEST_F(BadCheckpoint, NoCheckpointThatVerifiesIsRefusedAndNothingChanges) {
+  for (const char* step : {"step-00000003", "step-00000006"}) {
+    const fs::path f = ws() / "run" / "checkpoints" / step / "model.safetensors";
+    std::string b = slurp(f);
+    b[100] ^= 0x40;
+    spit(f, b);
   }
+  const Snapshot before = snapshot(ws());
+  EXPECT_BAD_INPUT(fit({"--out", w("run"), "--resume"}), "no checkpoint of this run verifies",
+                   "step-00000006: " + (ws() / "run" / "checkpoints" / "step-00000006" / "model.safetensors").string() +
+                       ": checksum mismatch",
+                   "step-00000003: ", "not restarted from step 0", "--force");
+  expect_unchanged(before, ws());
 }
 
 TEST_F(BadCheckpoint, FromAnotherPreset) {
@@ -287,10 +434,14 @@ TEST_F(BadCheckpoint, FromAnotherPreset) {
   EXPECT_BAD_INPUT(fit({"--out", w("run"), "--resume", "--preset", "small"}), "model.d_model (--preset small",
                    "--resume continues the run with its own config.json");
   expect_unchanged(before, ws());
-  // A checkpoint folder of a `small` run dropped into the tiny run under the name `latest` holds.
-  fs::remove_all(ckpt_);
-  const fs::path other = shared_ws() / "other" / "checkpoints" / slurp(shared_ws() / "other" / "latest").substr(0, 13);
-  fs::copy(other, ckpt_, fs::copy_options::recursive);
+  // A checkpoint folder of a `small` run (intact: its manifest verifies) dropped into the tiny run
+  // under its own step's name, the only checkpoint left, with `latest` naming it.
+  const std::string other_name = slurp(shared_ws() / "other" / "latest").substr(0, 13);
+  fs::remove_all(ws() / "run" / "checkpoints");
+  fs::create_directories(ws() / "run" / "checkpoints");
+  fs::copy(shared_ws() / "other" / "checkpoints" / other_name, ws() / "run" / "checkpoints" / other_name,
+           fs::copy_options::recursive);
+  spit(ws() / "run" / "latest", other_name + "\n");
   before = snapshot(ws());
   EXPECT_BAD_INPUT(resume(), "another model config");
   expect_unchanged(before, ws());
@@ -417,7 +568,8 @@ class DiskFull : public BadInput {
   void expect_previous_intact_and_resume_exact(const Snapshot& ckpt6, const fs::path& run) {
     EXPECT_EQ(slurp(run / "latest"), "step-00000006\n");
     EXPECT_EQ(snapshot(run / "checkpoints" / "step-00000006"), ckpt6);
-    EXPECT_FALSE(fs::exists(run / "checkpoints" / "step-00000009.tmp")) << "partial checkpoint left behind";
+    for (const auto& e : fs::directory_iterator(run / "checkpoints"))
+      EXPECT_EQ(e.path().filename().string().find(".tmp"), std::string::npos) << "partial checkpoint left behind";
     EXPECT_FALSE(fs::exists(run / "checkpoints" / "step-00000009"));
     Result again = fit({"--out", run.string(), "--resume"});
     ASSERT_EQ(again.rc, 0) << again.err;
@@ -435,7 +587,7 @@ TEST_F(DiskFull, FileSizeLimitDuringCheckpointWrite) {
   // Below the model file (~600 KB for tiny), above everything else the resume writes.
   const auto model_size = fs::file_size(run / "checkpoints" / "step-00000006" / "model.safetensors");
   Result r = fit({"--out", run.string(), "--resume"}, model_size / 2);
-  EXPECT_BAD_INPUT(r, "step-00000009.tmp/model.safetensors", "File too large", "step-00000006 (untouched");
+  EXPECT_BAD_INPUT(r, "step-00000009.tmp.", "/model.safetensors", "File too large", "step-00000006 (untouched");
   // metrics.jsonl grew by the lines of steps 7-9 (cut back on resume); config.json records where
   // the shards now are (the workspace was built elsewhere and copied); the resume's own TensorBoard
   // event file was added (earlier ones untouched); nothing else changed.
@@ -481,7 +633,7 @@ TEST_F(DiskFull, NoSpaceOnTmpfsDuringCheckpointWrite) {
   r.rc = std::atoi(slurp(logs() / "enospc.rc").c_str());
   r.err = slurp(logs() / "enospc.err");
   std::fprintf(stderr, "tmpfs %ju KiB: exit %d\n%s%s", size_kb, r.rc, r.err.c_str(), slurp(logs() / "enospc.df").c_str());
-  EXPECT_BAD_INPUT(r, "step-00000009.tmp/", "No space left on device", "step-00000006 (untouched");
+  EXPECT_BAD_INPUT(r, "step-00000009.tmp.", "No space left on device", "step-00000006 (untouched");
   expect_previous_intact_and_resume_exact(ckpt6, root_ / "after");
 }
 

@@ -13,12 +13,14 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <functional>
 #include <map>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "core/config.h"
@@ -84,6 +86,41 @@ inline Result run(const std::vector<std::string>& argv, const fs::path& logs, rl
   return r;
 }
 
+// Starts argv in the background (stdout/stderr into `logs`); the caller waits for it.
+inline pid_t spawn(const std::vector<std::string>& argv, const fs::path& logs, const std::string& tag) {
+  fs::create_directories(logs);
+  const std::string out = (logs / (tag + ".out")).string(), err = (logs / (tag + ".err")).string();
+  const pid_t pid = fork();
+  if (pid == 0) {
+    const int fo = ::open(out.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    const int fe = ::open(err.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    dup2(fo, 1);
+    dup2(fe, 2);
+    std::vector<char*> args;
+    for (const auto& a : argv) args.push_back(const_cast<char*>(a.c_str()));
+    args.push_back(nullptr);
+    execv(args[0], args.data());
+    _exit(127);
+  }
+  return pid;
+}
+
+inline int wait_exit(pid_t pid) {
+  int status = 0;
+  waitpid(pid, &status, 0);
+  return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+}
+
+// Polls `ready` every 20 ms for up to `seconds`.
+inline bool wait_for(const std::function<bool()>& ready, double seconds) {
+  const auto end = std::chrono::steady_clock::now() + std::chrono::duration<double>(seconds);
+  while (std::chrono::steady_clock::now() < end) {
+    if (ready()) return true;
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  return false;
+}
+
 // Every regular file under `root`, relative path -> size and content hash.
 using Snapshot = std::map<std::string, std::string>;
 inline Snapshot snapshot(const fs::path& root) {
@@ -128,7 +165,8 @@ inline const char* kRunJson = R"({"train": {"steps": 9, "batch": {"micro_batch":
 inline const fs::path& shared_ws() {
   static const fs::path ws = [] {
     // v2: tokenizer.json records the framing and the shards hold bos + text + eos (issue 21 point 7).
-    const fs::path dir = fs::path(LM_BINARY_DIR) / "tests" / "soak" / "bad_input_ws_v2";
+    // v3: every checkpoint holds manifest.json (issue 40).
+    const fs::path dir = fs::path(LM_BINARY_DIR) / "tests" / "soak" / "bad_input_ws_v3";
     if (fs::exists(dir / "COMPLETE")) return dir;
     const fs::path tmp = dir.string() + ".tmp." + std::to_string(getpid());
     fs::remove_all(tmp);

@@ -404,7 +404,10 @@ TEST_F(TrainTest, TimeBasedCheckpointResumesExactly) {
   EXPECT_GE(saved.size(), 25u) << "time-based checkpoints were not written";
   ASSERT_TRUE(fs::exists(timed.run_dir + "/checkpoints/step-00000017/trainer.json"));
 
-  // Resume from the time-based checkpoint of step 17 (as if the run had been killed after it).
+  // Resume from the time-based checkpoint of step 17 (as if the run had been killed after it: no
+  // later checkpoint; a resume takes the newest that verifies, issue 40).
+  for (const auto& name : saved)
+    if (name > "step-00000017") fs::remove_all(timed.run_dir + "/checkpoints/" + name);
   ASSERT_TRUE(write_file_atomic(timed.run_dir + "/latest", "step-00000017\n").ok());
   timed.resume = true;
   auto sr = run_fit(timed);
@@ -501,6 +504,9 @@ TEST_F(TrainTest, CorruptCheckpointIsAClearError) {
   auto s = run_fit(r);
   ASSERT_FALSE(s.ok());
   EXPECT_EQ(s.status().code(), absl::StatusCode::kDataLoss) << s.status();
+  EXPECT_NE(std::string(s.status().message()).find("model.safetensors: " + std::to_string(bytes.size() / 2) + " bytes"),
+            std::string::npos) << s.status();
+  ASSERT_TRUE(write_file_atomic(ck + "/model.safetensors", bytes).ok());  // the model intact again, trainer.json gone
   fs::remove(ck + "/trainer.json");
   s = run_fit(r);
   ASSERT_FALSE(s.ok());
