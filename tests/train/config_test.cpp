@@ -156,8 +156,10 @@ TEST(TrainOverridesTest, AliasesEqualSet) {
     TrainConfig c = base;
     const std::string value = std::string(a.key).find("device") != std::string::npos ? "cpu"
                               : std::string(a.key).find("dtype") != std::string::npos ? "fp32"
-                              : std::string(a.key).find("tf32") != std::string::npos  ? "on"
-                                                                                       : "2";
+                              : std::string(a.key).find("tf32") != std::string::npos ||
+                                        std::string(a.key).find("recompute") != std::string::npos
+                                  ? "on"
+                                  : "2";
     EXPECT_TRUE(with_flags({a.flag, value}, c).ok()) << a.flag << " -> " << a.key;
   }
 }
