@@ -49,6 +49,25 @@ inline void spit(const fs::path& p, const std::string& bytes) {
   std::ofstream(p, std::ios::binary) << bytes;
 }
 
+// In a forked child: stdout and stderr into `out` and `err`, an optional file-size limit, then argv.
+[[noreturn]] inline void exec_child(const std::vector<std::string>& argv, const std::string& out,
+                                    const std::string& err, rlim_t fsize_limit) {
+  const int fo = ::open(out.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  const int fe = ::open(err.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  dup2(fo, 1);
+  dup2(fe, 2);
+  if (fsize_limit != RLIM_INFINITY) {
+    signal(SIGXFSZ, SIG_IGN);
+    struct rlimit rl = {fsize_limit, fsize_limit};
+    setrlimit(RLIMIT_FSIZE, &rl);
+  }
+  std::vector<char*> args;
+  for (const auto& a : argv) args.push_back(const_cast<char*>(a.c_str()));
+  args.push_back(nullptr);
+  execv(args[0], args.data());
+  _exit(127);
+}
+
 // Runs argv[0] with argv, stdout and stderr captured in files under `logs`. `fsize_limit` sets
 // RLIMIT_FSIZE in the child with SIGXFSZ ignored, so a write past it fails with EFBIG the way a
 // full disk fails with ENOSPC (the product must handle both the same way).
@@ -60,22 +79,7 @@ inline Result run(const std::vector<std::string>& argv, const fs::path& logs, rl
   std::string line;
   for (const auto& a : argv) line += a + " ";
   const pid_t pid = fork();
-  if (pid == 0) {
-    const int fo = ::open(out.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-    const int fe = ::open(err.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-    dup2(fo, 1);
-    dup2(fe, 2);
-    if (fsize_limit != RLIM_INFINITY) {
-      signal(SIGXFSZ, SIG_IGN);
-      struct rlimit rl = {fsize_limit, fsize_limit};
-      setrlimit(RLIMIT_FSIZE, &rl);
-    }
-    std::vector<char*> args;
-    for (const auto& a : argv) args.push_back(const_cast<char*>(a.c_str()));
-    args.push_back(nullptr);
-    execv(args[0], args.data());
-    _exit(127);
-  }
+  if (pid == 0) exec_child(argv, out.string(), err.string(), fsize_limit);
   int status = 0;
   waitpid(pid, &status, 0);
   Result r;
@@ -91,17 +95,7 @@ inline pid_t spawn(const std::vector<std::string>& argv, const fs::path& logs, c
   fs::create_directories(logs);
   const std::string out = (logs / (tag + ".out")).string(), err = (logs / (tag + ".err")).string();
   const pid_t pid = fork();
-  if (pid == 0) {
-    const int fo = ::open(out.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-    const int fe = ::open(err.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-    dup2(fo, 1);
-    dup2(fe, 2);
-    std::vector<char*> args;
-    for (const auto& a : argv) args.push_back(const_cast<char*>(a.c_str()));
-    args.push_back(nullptr);
-    execv(args[0], args.data());
-    _exit(127);
-  }
+  if (pid == 0) exec_child(argv, out, err, RLIM_INFINITY);
   return pid;
 }
 
