@@ -160,7 +160,7 @@ std::pair<double, double> nll_rate(const lm::model::ModelConfig& mc, int64_t bat
 }
 // Train mode's switches (train.hardware.*) and what the checks may do.
 struct TrainOptions {
-  bool cuda_kernels = false, cuda_graphs = false;
+  bool cuda_kernels = false, cuda_graphs = false, recompute = false;
   std::string sdpa_backend = "auto";
   std::vector<std::string> paths_off;
   int64_t inject_nan_step = -1, nan_skip_limit = -1;
@@ -194,6 +194,7 @@ lm::train::FitRequest bench_request(const std::string& preset, const lm::model::
   t.hardware.dtype = dtype; t.hardware.device = device; t.hardware.threads = threads;
   t.hardware.cuda_kernels = o.cuda_kernels;
   t.hardware.cuda_graphs = o.cuda_graphs;
+  t.hardware.recompute = o.recompute;
   t.hardware.sdpa_backend = o.sdpa_backend;
   t.hardware.fast_paths_off = o.paths_off;
   return req;
@@ -228,7 +229,7 @@ int train_mode(const std::string& preset, const lm::model::ModelConfig& mc, int6
                 {"threads", threads}, {"tokens_per_s", rate}, {"flops_per_token", fpt},
                 {"params", lm::model::param_count(mc)}, {"peak_rss_mb", peak_rss_mb()},
                 {"lr", req.train.optimizer.lr}, {"lr_warmup", req.train.schedule.warmup_steps},
-                {"cuda_kernels", o.cuda_kernels}, {"cuda_graphs", o.cuda_graphs}, {"sdpa_backend", o.sdpa_backend},
+                {"cuda_kernels", o.cuda_kernels}, {"cuda_graphs", o.cuda_graphs}, {"recompute", o.recompute}, {"sdpa_backend", o.sdpa_backend},
                 {"fast_paths_off", absl::StrJoin(o.paths_off, ",")}, {"verify_at_start", req.train.debug.verify_at_start},
                 {"mfu_floor", req.train.logging.mfu_floor}, {"exit_code", sum.ok() ? 0 : 1}};
   if (sum.ok()) {
@@ -310,6 +311,7 @@ int bench_main(int argc, char** argv) {
   app.add_option("--sdpa-backend", opts.sdpa_backend, "train mode: auto | flash | cudnn | efficient | math (train.hardware.sdpa_backend)");
   app.add_flag("--cuda-kernels", opts.cuda_kernels, "train mode: lmforge's own CUDA kernels on (train.hardware.cuda_kernels)");
   app.add_flag("--cuda-graphs", opts.cuda_graphs, "train mode: the step captured and replayed as a CUDA graph (train.hardware.cuda_graphs)");
+  app.add_flag("--recompute", opts.recompute, "train mode: activation recompute per block (train.hardware.recompute)");
   app.add_option("--nan-skip-limit", opts.nan_skip_limit, "train mode: train.nan_skip_limit (default: a quarter of the steps)");
   app.add_option("--inject-nan-step", opts.inject_nan_step, "train mode, tests: a non-finite gradient at this step (train.debug)");
   app.add_option("--break-fast-path", opts.break_fast_path,
