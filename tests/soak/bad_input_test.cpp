@@ -461,6 +461,27 @@ TEST_F(BadInput, OutputFolderExistsIsRefusedWithoutResumeOrForce) {
   expect_unchanged(before, ws());
 }
 
+// A read-only --out names the real cause (issue 40 item 8: it said "create failed: No such file or
+// directory"). Root ignores permission bits, so the folder is a read-only bind mount in a private
+// mount namespace (unshare -m); skipped where that is not allowed.
+TEST_F(BadInput, ReadOnlyOutNamesTheRealCause) {
+  copy_in("shards"); copy_in("tok"); copy_in("run.json");
+  const std::string ro = w("ro");
+  fs::create_directories(ro);
+  const std::string mount = "mount --bind " + ro + " " + ro + " && mount -o remount,bind,ro " + ro;
+  if (run({"/usr/bin/unshare", "-m", "/bin/sh", "-c", mount + " && ! touch " + ro + "/probe 2>/dev/null"}, logs()).rc != 0)
+    GTEST_SKIP() << "no read-only bind mount here (unshare -m needs root and mount namespaces)";
+  std::string cmd = mount + " && exec " + kLmtrain;
+  for (const char* a : {"fit", "--preset", "tiny", "--threads", "2", "-q"}) cmd += std::string(" ") + a;
+  for (const std::string& a : {std::string("--data"), w("shards"), std::string("--config"), w("run.json"),
+                               std::string("--tokenizer"), w("tok"), std::string("--out"), ro + "/run"})
+    cmd += " " + a;
+  const Snapshot before = snapshot(ws());
+  EXPECT_BAD_INPUT(run({"/usr/bin/unshare", "-m", "/bin/sh", "-c", cmd}, logs()), ro + "/run",
+                   "cannot create the run folder: Read-only file system", "--out");
+  expect_unchanged(before, ws());
+}
+
 // ---- resume = continue the same run (issue 21) ---------------------------------------------------
 
 // The step-9 weights of the uninterrupted reference run.
