@@ -97,4 +97,18 @@ void Progress::print(double done, const std::string& extra, bool final_line) {
   }
 }
 
+std::string utc_time(std::time_t t) {
+  char buf[32];
+  std::tm tm{};
+  gmtime_r(&t, &tm);
+  std::strftime(buf, sizeof buf, "%Y-%m-%d %H:%M:%S UTC", &tm);
+  return buf;
+}
+
+std::string host_name(const std::string& fallback) {
+  char host[256] = {};
+  if (::gethostname(host, sizeof host - 1) != 0) return fallback;
+  return host;
+}
+
 }  // namespace lm

@@ -4,6 +4,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <ctime>
 #include <string>
 
 #include "absl/strings/str_format.h"
@@ -44,6 +45,10 @@ void log_warn(const absl::FormatSpec<Args...>& fmt, const Args&... args) {
 std::string format_duration(double seconds);
 // "12.3k", "4.56M", "1.20B".
 std::string format_count(double value);
+// "2026-12-07 04:29:46 UTC": the time of day a run folder records (lock holder, report).
+std::string utc_time(std::time_t t);
+// This machine's host name, or `fallback` when it cannot be read.
+std::string host_name(const std::string& fallback);
 
 // Progress over a known total (bytes, tokens, steps): rate and ETA. `start` is what was done
 // before this process began (a resumed run's steps): the rate and ETA count from it, so a resume

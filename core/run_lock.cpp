@@ -13,17 +13,12 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "core/file.h"
+#include "core/log.h"
 
 namespace lm {
 namespace fs = std::filesystem;
 
 namespace {
-
-std::string host_name() {
-  char host[256] = {};
-  if (::gethostname(host, sizeof host - 1) != 0) return "unknown";
-  return host;
-}
 
 // This process's command line, arguments joined by spaces (capped: it is only for the message).
 std::string command_line() {
@@ -62,15 +57,6 @@ std::string holder_text(const Json& h) {
   if (!h.contains("pid")) return "a process that has not yet written its pid (it is starting)";
   return absl::StrCat("pid ", h["pid"].dump(), " on host ", h.value("host", "?"), ", since ", h.value("started", "?"),
                       ": ", h.value("command", "?"));
-}
-
-std::string utc_now() {
-  const std::time_t t = std::time(nullptr);
-  std::tm tm{};
-  gmtime_r(&t, &tm);
-  char buf[32];
-  std::strftime(buf, sizeof buf, "%Y-%m-%d %H:%M:%S UTC", &tm);
-  return buf;
 }
 
 }  // namespace
@@ -113,7 +99,7 @@ absl::StatusOr<RunLock> RunLock::acquire(const std::string& dir) {
     }
     lock.fd_ = fd;
     lock.previous_ = parse_holder(read_fd(fd));
-    const Json me = {{"pid", static_cast<int64_t>(::getpid())}, {"host", host_name()}, {"started", utc_now()},
+    const Json me = {{"pid", static_cast<int64_t>(::getpid())}, {"host", host_name("unknown")}, {"started", utc_time(std::time(nullptr))},
                      {"command", command_line()}};
     const std::string text = me.dump() + "\n";
     if (::ftruncate(fd, 0) != 0 || ::pwrite(fd, text.data(), text.size(), 0) != static_cast<ssize_t>(text.size()))

@@ -11,6 +11,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "core/file.h"
+#include "core/log.h"
 
 namespace lm {
 namespace {
@@ -89,11 +90,9 @@ absl::StatusOr<TensorBoardWriter> TensorBoardWriter::open(const std::string& dir
   std::error_code ec;
   std::filesystem::create_directories(dir, ec);
   if (ec) return absl::InternalError(absl::StrCat(dir, ": cannot create the TensorBoard folder: ", ec.message()));
-  char host[256] = "localhost";
-  gethostname(host, sizeof host - 1);
   const double secs = unix_seconds();
   TensorBoardWriter w;
-  const std::string base = absl::StrCat(dir, "/events.out.tfevents.", static_cast<int64_t>(secs), ".", host, ".",
+  const std::string base = absl::StrCat(dir, "/events.out.tfevents.", static_cast<int64_t>(secs), ".", host_name("localhost"), ".",
                                         getpid(), ".lmforge");
   // x: never append to or replace another writer's file. A second start in the same second and
   // process (a resume right after a stop) takes base.1, base.2, ...: they sort after base, in order.

@@ -11,6 +11,7 @@
 #include "absl/strings/str_format.h"
 #include "core/config.h"
 #include "core/file.h"
+#include "core/log.h"
 #include "core/run_folder.h"
 #include "report/fonts.h"
 #include "report/plot.h"
@@ -292,14 +293,6 @@ void eval_sections(const RunFolder& run, ReportResult& r, std::string& h) {
   }
 }
 
-std::string utc(std::time_t t) {
-  char buf[32];
-  std::tm tm{};
-  gmtime_r(&t, &tm);
-  std::strftime(buf, sizeof buf, "%Y-%m-%d %H:%M:%S UTC", &tm);
-  return buf;
-}
-
 // The run's starts: one TensorBoard event file per start or resume, its name carrying the time
 // (events.out.tfevents.<unix seconds>.<host>.<pid>.lmforge).
 std::vector<std::string> start_times(const RunFolder& run) {
@@ -310,7 +303,7 @@ std::vector<std::string> start_times(const RunFolder& run) {
     const std::string tag = "events.out.tfevents.";
     if (n.rfind(tag, 0) != 0) continue;
     const long long secs = std::atoll(n.c_str() + tag.size());
-    starts.push_back({secs, utc(static_cast<std::time_t>(secs))});
+    starts.push_back({secs, utc_time(static_cast<std::time_t>(secs))});
   }
   std::sort(starts.begin(), starts.end());
   std::vector<std::string> out;
@@ -340,7 +333,7 @@ std::string config_section(const RunFolder& run, const Json& cfg) {
   if (!ec) {
     const auto sys = std::chrono::time_point_cast<std::chrono::seconds>(
         mtime - fs::file_time_type::clock::now() + std::chrono::system_clock::now());
-    meta += ", last written " + utc(std::chrono::system_clock::to_time_t(sys));
+    meta += ", last written " + utc_time(std::chrono::system_clock::to_time_t(sys));
   }
   if (!starts.empty()) {
     meta += absl::StrFormat(" · %d start%s (%d resume%s): ", starts.size(), starts.size() == 1 ? "" : "s",
