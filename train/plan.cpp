@@ -10,38 +10,41 @@
 
 namespace lm::train {
 
-double block_activation_bytes(const model::ModelConfig& c, int64_t batch, int64_t seq_len) {
-  // The layers' share of the difference, per layer, plus the inputs the recomputed block had kept.
-  const double layers = activation_bytes(c, batch, seq_len) - activation_bytes(c, batch, seq_len, /*recompute=*/true);
-  return layers / static_cast<double>(c.n_layers) + static_cast<double>(batch * seq_len) * 6.0 * static_cast<double>(c.d_model);
-}
+namespace {
 
-double activation_bytes(const model::ModelConfig& c, int64_t batch, int64_t seq_len, bool recompute) {
-  // Bytes saved for backward per token, under bf16 autocast, as a counting allocator sees a real
-  // step allocate them (tests/train/plan_memory_test.cpp varies d, kv, f, L and V one at a time:
-  // each coefficient below is the measured slope). d = d_model, f = d_ff, kv = n_kv_heads·head_dim,
-  // a = n_heads, T = seq_len, V = vocab.
-  //   attention: the fp32 residual into the norm 4d, its bf16 output 2d, rotated q 2d, k and v 4kv,
-  //              the output into o_proj 2d; the fused (flash) path keeps a log-sum-exp 4a, the
-  //              reference path the fp32 softmax 4aT and its bf16 copy 2aT
-  //   MLP:       the fp32 residual sum 4d and the norm's bf16 output 2d, gate and up 4f, their
-  //              SwiGLU product into down_proj 2f
-  //   head:      the final norm's fp32 input 4d and bf16 output 2d, and the logits' bf16 gradient
-  //              2V, which the chunked loss writes during the forward (model/transformer.cpp:
-  //              LinearCrossEntropy) instead of keeping fp32 logits and their softmax (16V)
-  // Same method as Korthikanti et al. 2022 ("Reducing Activation Recomputation"), who get
-  // 34d + 5aT for GPT-3 with dropout.
+// Bytes saved for backward per token under bf16 autocast, as a counting allocator sees a real step
+// allocate them (tests/train/plan_memory_test.cpp varies d, kv, f, L and V one at a time: each
+// coefficient is the measured slope). d = d_model, f = d_ff, kv = n_kv_heads·head_dim, a = n_heads,
+// T = seq_len, V = vocab. Per block:
+//   attention: the fp32 residual into the norm 4d, its bf16 output 2d, rotated q 2d, k and v 4kv,
+//              the output into o_proj 2d; the fused (flash) path keeps a log-sum-exp 4a, the
+//              reference path the fp32 softmax 4aT and its bf16 copy 2aT
+//   MLP:       the fp32 residual sum 4d and the norm's bf16 output 2d, gate and up 4f, their
+//              SwiGLU product into down_proj 2f
+// With recompute a block keeps its inputs only: the fp32 residual 4d and, in the regrouped add +
+// norm loop the CPU runs (TransformerImpl::hidden_add_norm), its bf16 norm 2d. The head (in
+// activation_bytes): the final norm's fp32 input 4d and bf16 output 2d, and the logits' bf16
+// gradient 2V, which the chunked loss writes during the forward (model/transformer.cpp:
+// LinearCrossEntropy) instead of keeping fp32 logits and their softmax (16V). Same method as
+// Korthikanti et al. 2022 ("Reducing Activation Recomputation"), who get 34d + 5aT for GPT-3 with
+// dropout.
+double block_bytes_per_token(const model::ModelConfig& c, int64_t seq_len, bool recompute) {
   const double d = static_cast<double>(c.d_model), f = static_cast<double>(c.d_ff);
   const double kv = static_cast<double>(c.n_kv_heads * c.head_dim()), a = static_cast<double>(c.n_heads);
-  const double T = static_cast<double>(seq_len), V = static_cast<double>(c.vocab_size);
-  const bool fused = c.attention == "fused";
-  const double scores = fused ? 4 * a : 6 * a * T;
-  // With recompute a block keeps its inputs: the fp32 residual 4d and, in the regrouped add + norm
-  // loop the CPU runs (TransformerImpl::hidden_add_norm), its bf16 norm 2d.
-  const double per_layer = recompute ? 6 * d : 16 * d + 4 * kv + 6 * f + scores;
-  const double head = 6 * d + 2 * V;
+  const double scores = c.attention == "fused" ? 4 * a : 6 * a * static_cast<double>(seq_len);
+  return recompute ? 6 * d : 16 * d + 4 * kv + 6 * f + scores;
+}
+
+}  // namespace
+
+double activation_bytes(const model::ModelConfig& c, int64_t batch, int64_t seq_len, bool recompute) {
+  const double head = 6 * static_cast<double>(c.d_model) + 2 * static_cast<double>(c.vocab_size);
   const double L = static_cast<double>(c.n_layers);
-  return static_cast<double>(batch) * T * (L * per_layer + head);
+  return static_cast<double>(batch * seq_len) * (L * block_bytes_per_token(c, seq_len, recompute) + head);
+}
+
+double block_activation_bytes(const model::ModelConfig& c, int64_t batch, int64_t seq_len) {
+  return static_cast<double>(batch * seq_len) * block_bytes_per_token(c, seq_len, /*recompute=*/false);
 }
 
 double implied_mfu(double tokens, double flops_per_token, double hours, int n_gpus, double peak_flops) {
