@@ -568,15 +568,10 @@ torch::Tensor TransformerImpl::hidden(const torch::Tensor& tokens) {
   // its add and norm then stay apart, so the CPU tests check the regrouping bit for bit).
   if ((cuda_add_norm_ || (cpu_add_norm_ && x.is_cpu())) && !model->layers->is_empty())
     return hidden_add_norm(x, cos, sin);
-  for (auto& layer : *model->layers) {
-    if (!recompute_) {
-      x = layer->as<BlockImpl>()->forward(x, cos, sin);
-      continue;
-    }
-    x = model::recompute([layer, cos, sin](const std::vector<torch::Tensor>& in) {
+  for (auto& layer : *model->layers)
+    x = run_block([layer, cos, sin](const std::vector<torch::Tensor>& in) {
           return std::vector<torch::Tensor>{layer->as<BlockImpl>()->forward(in[0], cos, sin)};
         }, {x})[0];
-  }
   return model->norm(x);
 }
 
@@ -604,12 +599,8 @@ torch::Tensor TransformerImpl::hidden_add_norm(torch::Tensor x, const torch::Ten
   const size_t L = layers.size();
   auto normed = layers[0]->as<BlockImpl>()->input_layernorm(x);
   for (size_t l = 0; l < L; ++l) {
-    if (!recompute_) {
-      std::tie(x, normed) = add_norm_block(l, x, normed, cos, sin);
-      continue;
-    }
     // The model outlives the graph of its own step: `this` stays valid until backward has run.
-    auto out = model::recompute([this, l, cos, sin](const std::vector<torch::Tensor>& in) {
+    auto out = run_block([this, l, cos, sin](const std::vector<torch::Tensor>& in) {
       auto [next_x, next_normed] = add_norm_block(l, in[0], in[1], cos, sin);
       return std::vector<torch::Tensor>{next_x, next_normed};
     }, {x, normed});
@@ -617,6 +608,10 @@ torch::Tensor TransformerImpl::hidden_add_norm(torch::Tensor x, const torch::Ten
     normed = out[1];
   }
   return normed;
+}
+
+std::vector<torch::Tensor> TransformerImpl::run_block(const BlockFn& fn, const std::vector<torch::Tensor>& in) {
+  return recompute_ ? model::recompute(fn, in) : fn(in);
 }
 
 std::pair<torch::Tensor, torch::Tensor> TransformerImpl::add_norm_block(size_t l, const torch::Tensor& x,

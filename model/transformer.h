@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "model/config.h"
+#include "model/recompute.h"
 
 namespace lm::model {
 
@@ -231,6 +232,8 @@ class TransformerImpl : public torch::nn::Module {
   bool cpu_swiglu_ = true, cpu_rope_ = true, cpu_add_norm_ = true, cpu_xent_ = true, cpu_attention_ = true;
   // hidden() with each residual add fused into the RMSNorm after it.
   torch::Tensor hidden_add_norm(torch::Tensor x, const torch::Tensor& cos, const torch::Tensor& sin);
+  // One block's step of either loop: with recompute_, through model::recompute.
+  std::vector<torch::Tensor> run_block(const BlockFn& fn, const std::vector<torch::Tensor>& in);
   // Block l of the regrouped loop: (residual, its norm for block l) -> the same for block l + 1.
   std::pair<torch::Tensor, torch::Tensor> add_norm_block(size_t l, const torch::Tensor& x, const torch::Tensor& normed,
                                                          const torch::Tensor& cos, const torch::Tensor& sin);

@@ -643,8 +643,8 @@ torch::Tensor Trainer::accumulate_gradients(FaultInjector::Site fault,
                                             const std::function<torch::Tensor(int64_t)>& window) {
   AutocastGuard ac(device_, bf16_);
   torch::Tensor step_loss = torch::zeros({}, torch::TensorOptions().dtype(torch::kFloat64).device(device_));
-  micro_done_ = 0;
-  for (int64_t micro = 0; micro < tc_.batch.grad_accum; ++micro, ++micro_done_) {
+  for (int64_t micro = 0; micro < tc_.batch.grad_accum; ++micro) {
+    micro_done_ = micro;
     if (can_drop_step() && lm::stop_signal() != 0) {  // a stop is heard within one micro-batch
       abandoned_ = true;
       break;
