@@ -207,7 +207,11 @@ absl::Status Trainer::build_model() {
   // On CUDA only: the CPU's SDPA kernel choice is left alone (its flash kernel is the fast one).
   if (device_.is_cuda()) model::set_sdpa_backend(tc_.hardware.sdpa_backend);
   torch::manual_seed(tc_.seed);
-  model_ = model::Transformer(req_.model, tc_.seed);  // initialised once, from train.seed
+  // Initialised once, from train.seed; a start from an HF folder loads every parameter below
+  // (load_hf_weights refuses a missing one), so its weights are not drawn first only to be
+  // overwritten (seconds and a temporary of the largest matrix for a 1B model).
+  const bool from_hf = !req_.init_from.empty() && !req_.resume;
+  model_ = model::Transformer(req_.model, tc_.seed, /*draw_weights=*/!from_hf);
   model_->set_recompute(tc_.hardware.recompute);
   if (tc_.hardware.cuda_kernels) {
     if (!model_->set_cuda_kernels(true))
@@ -218,7 +222,7 @@ absl::Status Trainer::build_model() {
   }
   LM_RETURN_IF_ERROR(keep_fast_paths_off());
   choose_cuda_graphs();
-  if (!req_.init_from.empty() && !req_.resume) LM_RETURN_IF_ERROR(model::init_from_hf(req_.init_from, model_));
+  if (from_hf) LM_RETURN_IF_ERROR(model::init_from_hf(req_.init_from, model_));
   model_->to(device_);
   choose_threads();
   model_->train();
