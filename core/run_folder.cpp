@@ -86,16 +86,19 @@ absl::Status RunFolder::check_step(int64_t step, std::string_view flag) const {
                                           " (checkpoint.keep_last keeps the newest; pick one with ", std::string(flag), ")"));
 }
 
+absl::StatusOr<std::string> RunFolder::tokenizer_model_file(const std::string& tok_dir) {
+  LM_ASSIGN_OR_RETURN(Json meta, read_json_file((fs::path(tok_dir) / "tokenizer.json").string()));
+  return meta.is_object() ? meta.value("model_file", "spm.model") : "spm.model";
+}
+
 absl::Status RunFolder::check_tokenizer() const {
   LM_ASSIGN_OR_RETURN(Json cfg, read_json_file(config()));
   if (!cfg.is_object() || !cfg.contains("tokenizer_hash") || !cfg["tokenizer_hash"].is_string() ||
       cfg["tokenizer_hash"].get<std::string>().empty())
     return absl::OkStatus();
   // The model file tokenizer.json names (an imported tokenizer's is not spm.model).
-  std::string model = "spm.model";
-  if (auto meta = read_json_file(path("tokenizer/tokenizer.json")); meta.ok() && meta->is_object())
-    model = meta->value("model_file", model);
-  const std::string spm = path("tokenizer/" + model);
+  const auto model = tokenizer_model_file(tokenizer());
+  const std::string spm = path("tokenizer/" + (model.ok() ? *model : std::string("spm.model")));
   LM_ASSIGN_OR_RETURN(std::string bytes, read_file(spm));
   const std::string want = cfg["tokenizer_hash"].get<std::string>(), have = hex64(fnv1a64(bytes.data(), bytes.size()));
   if (have == want) return absl::OkStatus();

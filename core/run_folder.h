@@ -75,6 +75,10 @@ class RunFolder {
   // text the model reads or writes into garbage. FailedPrecondition naming both hashes and files;
   // ok when config.json records none (or an empty one).
   absl::Status check_tokenizer() const;
+  // The model file a tokenizer folder's tokenizer.json names ("model_file": spm.model for
+  // lmforge's own, tokenizer.model or hf-tokenizer.json for an imported checkpoint's; spm.model
+  // when it names none). An unreadable tokenizer.json is its read error.
+  static absl::StatusOr<std::string> tokenizer_model_file(const std::string& tok_dir);
   // check_policy, then creates the folder; `force` without `resume` first removes the old
   // checkpoints, `latest`, metrics.jsonl and tensorboard/.
   absl::Status open(bool resume, bool force) const;

@@ -275,8 +275,7 @@ absl::Status copy_tokenizer(const std::string& from, const RunFolder& run) {
   fs::create_directories(dst, ec);
   // tokenizer.json and the model file it names: spm.model, or an imported checkpoint's
   // tokenizer.model / hf-tokenizer.json (docs/tokenizer.md, "Foreign tokenizers").
-  LM_ASSIGN_OR_RETURN(Json meta, read_json_file((fs::path(from) / "tokenizer.json").string()));
-  const std::string model = meta.is_object() ? meta.value("model_file", "spm.model") : "spm.model";
+  LM_ASSIGN_OR_RETURN(const std::string model, RunFolder::tokenizer_model_file(from));
   for (const std::string& f : {model, std::string("tokenizer.json")}) {
     LM_ASSIGN_OR_RETURN(std::string bytes, read_file((fs::path(from) / f).string()));
     LM_RETURN_IF_ERROR(write_file_atomic((dst / f).string(), bytes));
