@@ -185,15 +185,14 @@ double Comm::max(double value) {
   return t[0].item<double>();
 }
 
-absl::Status Comm::check_same(const std::string& what, const std::string& value) {
+absl::Status Comm::check_same(const std::string& what, const std::string& value, const std::string& hint) {
   const uint64_t h = fnv1a64(value.data(), value.size());
   // Two halves as doubles keep the comparison exact (each < 2^32).
   const double lo = static_cast<double>(h & 0xffffffffULL), hi = static_cast<double>(h >> 32);
   const bool same = max(lo) == -max(-lo) && max(hi) == -max(-hi);
   if (!same) {
     return absl::FailedPreconditionError(absl::StrFormat(
-        "rank %d: ranks disagree on the %s (this rank has %s); start every rank with the same config, data and tokenizer",
-        impl_->rank, what, hex64(h)));
+        "rank %d: ranks disagree on the %s (this rank has %s); %s", impl_->rank, what, hex64(h), hint));
   }
   return absl::OkStatus();
 }

@@ -65,8 +65,10 @@ class Comm {
   const char* backend() const;
   double sum(double value);
   double max(double value);
-  // Every rank must pass the same string (config and tokenizer hash); errors name the ranks.
-  absl::Status check_same(const std::string& what, const std::string& value);
+  // Every rank must pass the same string (config and tokenizer hash); errors name the ranks and end
+  // with `hint`.
+  absl::Status check_same(const std::string& what, const std::string& value,
+                          const std::string& hint = "start every rank with the same config, data and tokenizer");
   void barrier();
 
   struct Impl;

@@ -16,6 +16,7 @@
 #include "train/device.h"
 #include "train/preflight.h"
 #include "train/resume.h"
+#include "train/rank_agreement.h"
 #include "train/resume_point.h"
 
 namespace lm::train {
@@ -343,6 +344,8 @@ absl::StatusOr<std::unique_ptr<RunSetup>> set_up_run(const FitOptions& o) {
   LM_ASSIGN_OR_RETURN(RunFile rf, requested_config(o, base ? &*base : nullptr));
   std::string hardware;
   LM_ASSIGN_OR_RETURN(s->comm, set_up_device(o, env, rf.train, hardware));
+  // Before any rank reads the folder for its data or resume point: one folder for all of them.
+  if (s->comm) LM_RETURN_IF_ERROR(check_shared_run_folder(*s->comm, run.dir()));
 
   const std::string data_dir = o.data.empty() && base ? base->data.value("shards", "") : o.data;
   std::optional<PhaseTimer> open_timer(std::in_place, s->req.startup, "data open");  // shards, tokenizer, checks

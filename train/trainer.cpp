@@ -23,6 +23,7 @@
 #include "train/device.h"
 #include "train/distributed.h"
 #include "train/grad_sync.h"
+#include "train/rank_agreement.h"
 #include "model/hf_export.h"
 #include "train/optim.h"
 
@@ -190,6 +191,8 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::create(const FitRequest& req_i
   std::unique_ptr<Trainer> t(new Trainer(req, source, val));
   LM_RETURN_IF_ERROR(t->build_model());
   LM_RETURN_IF_ERROR(t->restore_or_start());
+  // Every rank on the same step from the same checkpoint, or none trains (train/rank_agreement.h).
+  if (req.comm != nullptr) LM_RETURN_IF_ERROR(check_same_resume(*req.comm, t->step_, t->restored_id_));
   LM_RETURN_IF_ERROR(t->startup_checks());
   t->start_grad_sync();
   t->announce();
@@ -258,6 +261,7 @@ absl::Status Trainer::restore_or_start() {
   LM_RETURN_IF_ERROR(check_resume_compatible(state, req_, ckpt));
   LM_RETURN_IF_ERROR(load_model(ckpt, model_));
   LM_RETURN_IF_ERROR(load_optimizer(ckpt, *optim_));
+  restored_id_ = checkpoint_identity(ckpt);
   if (req_.new_data) {
     // Continued pretraining: weights, AdamW moments and the step are kept, the data order
     // starts at the beginning of the new shards (the old cursor means nothing there).

@@ -248,6 +248,7 @@ class Trainer {
   // Progress: the counters a checkpoint stores, and this invocation's summary.
   int64_t step_ = 0, tokens_ = 0;
   int64_t nan_skipped_ = 0;  // updates skipped for a non-finite loss/gradient, whole run
+  std::string restored_id_;  // checkpoint_identity of the checkpoint restored ("" for step 0)
   double last_loss_ = 0;     // of the last applied step
   FitSummary sum_;
 

@@ -139,6 +139,27 @@ TEST(DataParallel, TwoRankRunResumesExactly) {
   EXPECT_NE(run(1, part, 8, -1, true, part.string() + ".c"), 0);
 }
 
+// Issue 39: a rank resuming from a folder of its own (without rank 0's newest checkpoint) restarted
+// from an older step while rank 0 went on from its checkpoint, and the two trained together on mixed gradients.
+// After the restore every rank must agree on the step and the checkpoint, or none trains.
+TEST(DataParallel, RanksThatRestoredDifferentCheckpointsRefuse) {
+  auto shared = tmp("agree"), own = tmp("agree-own");
+  // Rank 1's node holds a stale copy of the folder: taken at step 2, before the run went on to 3.
+  ASSERT_EQ(run(2, shared, 6, 2, false, shared.string() + ".a"), 0);
+  fs::copy(shared, own, fs::copy_options::recursive);
+  ASSERT_EQ(run(2, shared, 6, 3, true, shared.string() + ".a"), 0);
+  const std::string log = shared.string() + ".log";
+  EXPECT_NE(run(2, shared, 6, -1, true, shared.string() + ".b", "LM_DDP_RANK1_DIR=" + own.string(), 0, log), 0);
+  std::ifstream in(log);
+  const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  EXPECT_NE(text.find("ranks disagree on the resume point"), std::string::npos) << text;
+  EXPECT_NE(text.find("step 3 checkpoint manifest.json crc32"), std::string::npos) << text;
+  EXPECT_NE(text.find("step 2 checkpoint manifest.json crc32"), std::string::npos) << text;
+  // Nothing trained: no checkpoint past the one resumed from, and no losses written.
+  EXPECT_FALSE(fs::exists(shared / "checkpoints" / "step-6"));
+  EXPECT_FALSE(fs::exists(shared.string() + ".b"));
+}
+
 // Bucket counts the worker writes with LM_DDP_STATS: {synced, started in backward}.
 std::pair<int64_t, int64_t> read_stats(const fs::path& p) {
   std::ifstream in(p);

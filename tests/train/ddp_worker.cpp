@@ -3,7 +3,8 @@
 // Environment knobs: LM_DDP_OVERLAP=0 (post-backward all-reduce), LM_DDP_BUCKET_MB, LM_DDP_ACCUM
 // (micro-batches per step; the global batch stays the same), LM_DDP_DEVICE=cuda, LM_DDP_FORCE_COMM=1
 // (a process group even with WORLD_SIZE=1: the NCCL smoke run), LM_DDP_STATS=FILE (bucket counts,
-// then the step-result reads and the ranks' stop agreements), LM_DDP_LOG_EVERY (train.logging.interval).
+// then the step-result reads and the ranks' stop agreements), LM_DDP_LOG_EVERY (train.logging.interval),
+// LM_DDP_RANK1_DIR (rank 1's run folder instead of RUN_DIR: a node with its own copy).
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
@@ -42,6 +43,7 @@ int main(int argc, char** argv) {
   }
   lm::train::FitRequest r;
   r.run_dir = argv[1];
+  if (env->rank == 1 && std::getenv("LM_DDP_RANK1_DIR") != nullptr) r.run_dir = std::getenv("LM_DDP_RANK1_DIR");
   r.model = *lm::model::preset("tiny");
   r.train.steps = std::atoi(argv[2]);
   r.train.batch.grad_accum = std::atoi(env_or("LM_DDP_ACCUM", "1"));
