@@ -10,7 +10,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 out=${1:-/tmp/lmforge-extend-bench}
 add=${2:-32000}
-guard=${3:-marks}
+guard=${3:-marks+bengali}
 shared=$(cd ../shared/data && pwd)
 vocabs=${LM_VOCAB_CACHE:-$HOME/.cache/lmforge/vocabs}
 lmtrain=build/app/lmtrain

@@ -136,18 +136,20 @@ struct Extended {
   lm::Json extension;
 };
 
-// `name` imported and extended once per process by `add` merges with `split`.
-const Extended* extended(const std::string& name, const std::string& split, int64_t add) {
+// `name` imported and extended once per process by `add` merges with `split` and `guard`.
+const Extended* extended(const std::string& name, const std::string& split, int64_t add,
+                         const std::string& guard = "marks+bengali") {
   static std::map<std::string, Extended>* cache = new std::map<std::string, Extended>;
-  if (auto it = cache->find(name); it != cache->end()) return &it->second;
+  const std::string key = name + "_" + guard;
+  if (auto it = cache->find(key); it != cache->end()) return &it->second;
   if (!fs::exists(vocab_dir(name) + "/tokenizer.json") || !fs::exists(kShared + "/sample/bn_2000.txt")) return nullptr;
   Extended e;
   e.base_dir = tmp_dir() + "/tok_" + name;
-  e.dir = tmp_dir() + "/ext_" + name;
+  e.dir = tmp_dir() + "/ext_" + key;
   auto base = import_hf_tokenizer({vocab_dir(name), e.base_dir, true});
   EXPECT_TRUE(base.ok()) << base.status();
   ExtendOptions o;
-  o.base = e.base_dir, o.corpus = corpus_manifest(), o.out = e.dir, o.add = add, o.split = split;
+  o.base = e.base_dir, o.corpus = corpus_manifest(), o.out = e.dir, o.add = add, o.split = split, o.guard = guard;
   o.report.report_chars = 20000;
   auto r = extend_tokenizer(o);
   EXPECT_TRUE(r.ok()) << r.status();
@@ -155,11 +157,11 @@ const Extended* extended(const std::string& name, const std::string& split, int6
   e.base = *base;
   e.ext = r->extended;
   e.extension = lm::Json::parse(*lm::read_file(e.dir + "/" + kExtensionFile));
-  return &cache->emplace(name, std::move(e)).first->second;
+  return &cache->emplace(key, std::move(e)).first->second;
 }
 
-#define REQUIRE_EXTENDED(var, name, split, add)                                     \
-  const Extended* var = extended(name, split, add);                               \
+#define REQUIRE_EXTENDED(var, name, split, add, ...)                                \
+  const Extended* var = extended(name, split, add, ##__VA_ARGS__);                \
   if (var == nullptr) GTEST_SKIP() << "no " << vocab_dir(name) << " or shared sample (make_hf_vocabs.py)"
 
 void expect_base_ids_kept(const Extended& e) {
@@ -250,6 +252,22 @@ TEST(ExtendLlama3, BaseIdsKeptMarkFreeTextExactNewIdsReachable) {
   std::set<std::string> encoders;
   for (const auto& r : rep["rows"]) encoders.insert(r["encoder"].get<std::string>());
   EXPECT_EQ(encoders, (std::set<std::string>{"base", "extended"}));
+}
+
+// Mark-free Bangla: the default guard lets Bengali letters make tokens, so it may change; with
+// --guard marks only text holding a combining mark can meet a new merge.
+const char* const kMarkFreeBangla = "এখন তখন যখন সব জল মন দল কত বন শহর";
+
+TEST(ExtendLlama3, StrictMarksGuardKeepsMarkFreeBanglaAsTheBase) {
+  REQUIRE_EXTENDED(e, "llama3", "llama3-marks", 400, "marks");
+  expect_mark_free_text_as_base(*e);
+  expect_all_reachable(*e);
+  EXPECT_EQ(e->ext.encode(kMarkFreeBangla), e->base.encode(kMarkFreeBangla));
+  for (const auto& t : e->extension["new_tokens"])
+    EXPECT_TRUE(guard_allows(e->ext.hf()->token_bytes(t["id"].get<int32_t>()), "marks")) << t["token"];
+  const Extended* loose = extended("llama3", "llama3-marks", 400);
+  ASSERT_NE(loose, nullptr);
+  EXPECT_LT(loose->ext.encode(kMarkFreeBangla).size(), loose->base.encode(kMarkFreeBangla).size());
 }
 
 TEST(ExtendQwen2, Qwen35SplitBaseIdsKeptMarkFreeTextExactNewIdsReachable) {
