@@ -8,11 +8,13 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <cstdio>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <map>
 #include <random>
+#include <set>
 #include <sstream>
 
 #include "core/config.h"
@@ -98,7 +100,7 @@ TEST(ExtendGuard, ANewTokenMustHoldAWholeMark) {
 }
 
 TEST(ExtendMerges, GreedyByWeightedPairCountWithIncrementalCounts) {
-  // Words over ids 0..3 (a b c d), bytes "a".."d".
+  // Words over ids 0..3 (bytes "a".."d"): abc x5, ab x3, dabd x1, ccc x4.
   WordBag bag;
   bag.ids = {{0, 1, 2}, {0, 1}, {3, 0, 1, 3}, {2, 2, 2}};
   bag.counts = {5, 3, 1, 4};
@@ -107,18 +109,21 @@ TEST(ExtendMerges, GreedyByWeightedPairCountWithIncrementalCounts) {
   MergeTrainOptions o;
   o.merges = 10;
   o.first_id = 10;
-  o.allowed = [](std::string_view s) { return s != "dab"; };
+  o.allowed = [](std::string_view s) { return s != "ccc"; };
   const std::vector<NewMerge> m = learn_merges(bag, bytes, taken, o);
-  ASSERT_GE(m.size(), 3u);
-  EXPECT_EQ(m[0].left, 0);  // "ab": 5 + 3 + 1 = 9
-  EXPECT_EQ(m[0].right, 1);
-  EXPECT_EQ(m[0].count, 9);
-  EXPECT_EQ(m[1].count, 8);  // "cc": 2 per "ccc", counted as pairs (HF counts them so too)
-  EXPECT_EQ(bytes[m[1].id], "cc");
-  EXPECT_EQ(bytes[m[2].id], "abc");  // then "ab"+"c": 5
-  EXPECT_EQ(m[2].count, 5);
-  for (const NewMerge& x : m) EXPECT_NE(bytes[x.id], "dab") << "refused by `allowed`";
-  EXPECT_EQ(bag.ids[0], (std::vector<int32_t>{m[2].id}));
+  // ab (5 + 3 + 1), then cc (2 per ccc: HF counts the overlapping pairs too), then ab+c (5; "bc"
+  // fell from 5 to 0 when ab was merged), then cc+c (4) is refused and da, bd (1) are below
+  // min_count 2.
+  std::vector<std::string> made;
+  std::vector<int64_t> counts;
+  for (const NewMerge& x : m) made.push_back(bytes[x.id]), counts.push_back(x.count);
+  EXPECT_EQ(made, (std::vector<std::string>{"ab", "cc", "abc"}));
+  EXPECT_EQ(counts, (std::vector<int64_t>{9, 8, 5}));
+  ASSERT_EQ(m.size(), 3u);
+  EXPECT_EQ(m[2].left, 10);  // ids from first_id, in rank order
+  EXPECT_EQ(m[2].right, 2);
+  EXPECT_EQ(bag.ids[0], (std::vector<int32_t>{12}));
+  EXPECT_EQ(bag.ids[3], (std::vector<int32_t>{11, 2}));
 }
 
 // --- the real vocabularies ---
@@ -331,15 +336,13 @@ TEST(ExtendLlama3, HfFolderAsBaseIsImportedFirst) {
 }
 
 // HF tokenizers on the written hf-tokenizer.json gives lmforge's ids on every line.
-void expect_hf_agrees(const Extended& e) {
-  std::vector<std::string> texts = read_lines(kShared + "/sample/bn_2000.txt");
-  for (const std::string& s : mark_free_lines()) texts.push_back(s);
-  const std::string in = e.dir + ".texts.jsonl", out = e.dir + ".hf.ids";
+void expect_hf_agrees(const std::string& dir, const Tokenizer& tok, const std::vector<std::string>& texts) {
+  const std::string in = dir + ".texts.jsonl", out = dir + ".hf.ids";
   {
     std::ofstream f(in);
     for (const std::string& t : texts) f << lm::Json(t).dump() << "\n";
   }
-  const std::string cmd = std::string(LM_TEST_PYTHON) + " " + LM_SOURCE_DIR + "/tests/tokenizer/hf_encode.py " + e.dir +
+  const std::string cmd = std::string(LM_TEST_PYTHON) + " " + LM_SOURCE_DIR + "/tests/tokenizer/hf_encode.py " + dir +
                           "/" + kHfJsonFile + " " + in + " " + out;
   const int rc = std::system(cmd.c_str());
   if (WIFEXITED(rc) && WEXITSTATUS(rc) == 77) GTEST_SKIP() << "no tokenizers package";
@@ -350,10 +353,35 @@ void expect_hf_agrees(const Extended& e) {
     std::istringstream s(line);
     std::vector<int32_t> hf;
     for (int32_t id; s >> id;) hf.push_back(id);
-    if (hf != e.ext.encode(texts[i]) && differ++ == 0) ADD_FAILURE() << "first difference: " << texts[i];
+    if (hf != tok.encode(texts[i]) && differ++ == 0) ADD_FAILURE() << "first difference: " << texts[i];
   }
   EXPECT_EQ(i, texts.size());
   EXPECT_EQ(differ, 0u) << "of " << i << " lines";
+  std::printf("HF tokenizers and lmforge: %zu lines compared, %zu differ (%s)\n", i, differ, dir.c_str());
+}
+
+void expect_hf_agrees(const Extended& e) {
+  std::vector<std::string> texts = read_lines(kShared + "/sample/bn_2000.txt");
+  for (const std::string& s : mark_free_lines()) texts.push_back(s);
+  expect_hf_agrees(e.dir, e.ext, texts);
+}
+
+// LM_EXTENDED_DIRS=dir1:dir2 (e.g. bench/extend_bangla.sh's 32k folders): the same comparison on
+// the samples and both sides of all parallel sentences.
+TEST(HfTokenizer, ExtendedFoldersGivenMatchHf) {
+  const char* dirs = std::getenv("LM_EXTENDED_DIRS");
+  if (dirs == nullptr || !*dirs) GTEST_SKIP() << "set LM_EXTENDED_DIRS=dir1:dir2 to compare extended folders";
+  std::vector<std::string> texts = read_lines(kShared + "/sample/bn_2000.txt");
+  for (const std::string& s : mark_free_lines()) texts.push_back(s);
+  auto pairs = read_parallel(kShared + "/parallel/bn_en_parallel.jsonl.gz", {});
+  ASSERT_TRUE(pairs.ok()) << pairs.status();
+  for (const auto& [bn, en] : *pairs) texts.push_back(bn), texts.push_back(en);
+  std::istringstream list(dirs);
+  for (std::string dir; std::getline(list, dir, ':');) {
+    auto tok = Tokenizer::load(dir);
+    ASSERT_TRUE(tok.ok()) << tok.status();
+    expect_hf_agrees(dir, *tok, texts);
+  }
 }
 
 TEST(HfTokenizer, ExtendedLlama3MatchesHf) {
