@@ -180,6 +180,16 @@ absl::Status move_into_place(const std::string& tmp, const std::string& out) {
   return absl::OkStatus();
 }
 
+// The folder in `tmp`, checked by loading it, then renamed to o.out.
+absl::Status write_all(const BaseTokenizer& base, NewTokens& tokens, const Corpus& corpus,
+                       const TrainingSample& sample, const ExtendOptions& o, const std::string& pattern,
+                       const std::string& tmp, ExtendResult& r) {
+  LM_ASSIGN_OR_RETURN(r.pruned, write_extension(base, tokens, corpus, o, pattern, tmp));
+  LM_ASSIGN_OR_RETURN(r.extended, Tokenizer::load(tmp));
+  LM_RETURN_IF_ERROR(write_extension_report(r, sample, o, tmp));
+  return move_into_place(tmp, o.out);
+}
+
 absl::StatusOr<std::string> import_if_hf(const ExtendOptions& o, std::string* imported) {
   if (!is_hf_folder(o.base)) return o.base;
   *imported = o.out + ".base-import";
@@ -215,11 +225,11 @@ absl::StatusOr<ExtendResult> extend_tokenizer(const ExtendOptions& o) {
   r.distinct_words = static_cast<int64_t>(corpus.text.size());
   const std::string tmp = o.out + ".tmp-extend";
   LM_RETURN_IF_ERROR(remove_tree(tmp));
-  LM_ASSIGN_OR_RETURN(r.pruned, write_extension(*base, tokens, corpus, o, pattern, tmp));
-  LM_ASSIGN_OR_RETURN(r.extended, Tokenizer::load(tmp));
   r.base = base->tok;
-  LM_RETURN_IF_ERROR(write_extension_report(r, sample, o, tmp));
-  LM_RETURN_IF_ERROR(move_into_place(tmp, o.out));
+  if (absl::Status s = write_all(*base, tokens, corpus, sample, o, pattern, tmp, r); !s.ok()) {
+    (void)remove_tree(tmp);  // a failed extension leaves nothing behind
+    return s;
+  }
   LM_ASSIGN_OR_RETURN(r.extended, Tokenizer::load(o.out));
   r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   return r;

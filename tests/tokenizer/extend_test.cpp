@@ -317,6 +317,12 @@ TEST(ExtendLlama3, RefusesBadInputWritingNothing) {
   std::ofstream(small + "/" + kMetaFile) << meta.dump();
   o.base = small;
   refused(o, "vocab_size");
+  // A report that cannot be written (a --parallel file that is not there) after training.
+  o.base = e->base_dir;
+  o.report.parallel = tmp_dir() + "/no-such-parallel.jsonl";
+  refused(o, "no-such-parallel");
+  EXPECT_FALSE(fs::exists(tmp_dir() + "/refused.tmp-extend"));
+  o.report.parallel.clear();
   if (fs::exists(vocab_dir("llama2") + "/tokenizer.model")) {
     o.base = vocab_dir("llama2");
     refused(o, "SentencePiece");
