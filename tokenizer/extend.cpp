@@ -51,7 +51,7 @@ bool exists(const std::string& path) {
 absl::Status check_options(const ExtendOptions& o) {
   if (o.add <= 0 || o.add > kMaxAdd)
     return absl::InvalidArgumentError(absl::StrCat("--add: ", o.add, " new tokens: give 1 to ", kMaxAdd,
-                                                   " (Bangla gains most from 16,000-64,000)"));
+                                                   " (e.g. 32000: docs/tokenizer.md, \"Vocabulary extension\")"));
   if (o.guard != "marks" && o.guard != "marks+bengali")
     return absl::InvalidArgumentError(absl::StrCat("--guard: '", o.guard, "' is not marks or marks+bengali"));
   if (o.sample_chars <= 0) return absl::InvalidArgumentError("--sample-chars: must be positive");
@@ -71,7 +71,8 @@ bool is_hf_folder(const std::string& dir) {
   return j.is_object() && j.contains("model");
 }
 
-absl::StatusOr<BaseTokenizer> load_base(const std::string& dir) {
+// `dir` is read; `where` names it in messages (the user's folder, not a temporary import).
+absl::StatusOr<BaseTokenizer> load_base(const std::string& dir, const std::string& where) {
   if (exists(dir + "/" + kExtensionFile))
     return absl::FailedPreconditionError(absl::StrCat(dir, ": already extended (", kExtensionFile,
                                                       " is there); extend the base instead (the folder made by "
@@ -85,12 +86,12 @@ absl::StatusOr<BaseTokenizer> load_base(const std::string& dir) {
   b.tok = *std::move(loaded);
   if (b.tok.type() != kTypeHfBpe)
     return absl::UnimplementedError(absl::StrCat(
-        dir, ": a SentencePiece tokenizer (", b.tok.type(),
+        where, ": a SentencePiece tokenizer (", b.tok.type(),
         ", e.g. Llama 2's tokenizer.model): extending it is not implemented (its pieces are scored unigram/BPE "
         "pieces, not byte-level merges); extend a byte-level BPE base (Llama 3, Qwen2) instead"));
   const HfBpe& hf = *b.tok.hf();
   if (b.tok.vocab_size() < hf.vocab_size())
-    return absl::FailedPreconditionError(absl::StrCat(dir, "/", kMetaFile, ": vocab_size ", b.tok.vocab_size(),
+    return absl::FailedPreconditionError(absl::StrCat(where, "/", kMetaFile, ": vocab_size ", b.tok.vocab_size(),
                                                       " is below the tokenizer's ", hf.vocab_size(),
                                                       " ids (the tokenizer does not belong to the checkpoint)"));
   LM_ASSIGN_OR_RETURN(std::string hf_text, read_file(dir + "/" + kHfJsonFile));
@@ -207,7 +208,7 @@ absl::StatusOr<ExtendResult> extend_tokenizer(const ExtendOptions& o) {
   LM_RETURN_IF_ERROR(check_new_output(o.out, o.force, "a tokenizer"));
   std::string imported;
   LM_ASSIGN_OR_RETURN(const std::string base_dir, import_if_hf(o, &imported));
-  auto base = load_base(base_dir);
+  auto base = load_base(base_dir, o.base);
   if (!imported.empty()) LM_RETURN_IF_ERROR(remove_tree(imported));
   LM_RETURN_IF_ERROR(base.status());
   LM_ASSIGN_OR_RETURN(const std::string pattern, split_pattern(o.split));

@@ -145,7 +145,7 @@ struct Extended {
 const Extended* extended(const std::string& name, const std::string& split, int64_t add,
                          const std::string& guard = "marks+bengali") {
   static std::map<std::string, Extended>* cache = new std::map<std::string, Extended>;
-  const std::string key = name + "_" + guard;
+  const std::string key = name + "_" + split + "_" + guard;
   if (auto it = cache->find(key); it != cache->end()) return &it->second;
   if (!fs::exists(vocab_dir(name) + "/tokenizer.json") || !fs::exists(kShared + "/sample/bn_2000.txt")) return nullptr;
   Extended e;
@@ -392,6 +392,18 @@ TEST(HfTokenizer, ExtendedFoldersGivenMatchHf) {
 
 TEST(HfTokenizer, ExtendedLlama3MatchesHf) {
   REQUIRE_EXTENDED(e, "llama3", "llama3-marks", 400);
+  expect_hf_agrees(*e);
+}
+
+// gpt-4o (llama.cpp's pattern, GGUF-exportable): English is not exact under it (CamelCase,
+// contractions), so only the ids, reachability and HF's agreement are checked.
+TEST(HfTokenizer, ExtendedLlama3Gpt4oMatchesHf) {
+  REQUIRE_EXTENDED(e, "llama3", "gpt-4o", 300);
+  EXPECT_EQ(e->extension["split"], "gpt-4o");
+  EXPECT_EQ(e->ext.hf()->splitter().kind(), Splitter::Kind::kGpt4o);
+  expect_base_ids_kept(*e);
+  expect_all_reachable(*e);
+  expect_bangla_shorter(*e);
   expect_hf_agrees(*e);
 }
 
