@@ -9,6 +9,7 @@
 #include "core/file.h"
 #include "core/log.h"
 #include "corpus/corpus.h"
+#include "tokenizer/extend.h"
 #include "tokenizer/import_hf.h"
 #include "tokenizer/report.h"
 #include "tokenizer/train.h"
@@ -19,6 +20,7 @@ namespace {
 struct TokenizerCmd {
   std::string corpus, out, config;
   std::string import_dir;  // an HF checkpoint folder whose tokenizer to import
+  tokenizer::ExtendOptions extend;  // --extend BASE_TOK: a vocabulary extension of it
   bool force = false;  // replace an existing tokenizer folder
   tokenizer::TrainOptions recipe;
   tokenizer::ReportOptions report;
@@ -37,7 +39,25 @@ absl::Status run_import(const TokenizerCmd& c) {
   return absl::OkStatus();
 }
 
+absl::Status run_extend(TokenizerCmd& c, CLI::App* sub) {
+  tokenizer::ExtendOptions& e = c.extend;
+  e.corpus = c.corpus, e.out = c.out, e.force = c.force, e.report = c.report;
+  if (sub->count("--sample-chars") > 0) e.sample_chars = c.recipe.sample_chars;
+  if (sub->count("--heldout-every") > 0) e.heldout_every = c.recipe.heldout_every;
+  LM_ASSIGN_OR_RETURN(tokenizer::ExtendResult r, tokenizer::extend_tokenizer(e));
+  log_info("wrote %s: %s extended by %ld tokens (%ld learned, %ld pruned as unreachable), vocab %d -> %d, split %s, "
+           "hash %s, in %s",
+           c.out, e.base, static_cast<long>(r.learned - r.pruned), static_cast<long>(r.learned),
+           static_cast<long>(r.pruned), r.base.vocab_size(), r.extended.vocab_size(), e.split, r.extended.hash(),
+           format_duration(r.seconds));
+  return absl::OkStatus();
+}
+
 absl::Status run_tokenizer(TokenizerCmd& c, CLI::App* sub) {
+  if (!c.extend.base.empty()) {
+    if (!c.import_dir.empty()) return absl::InvalidArgumentError("--import and --extend: give one");
+    return run_extend(c, sub);
+  }
   if (!c.import_dir.empty()) {
     if (!c.corpus.empty()) return absl::InvalidArgumentError("--import and --corpus: give one (import or train)");
     return run_import(c);
@@ -82,6 +102,38 @@ absl::Status run_tokenizer(TokenizerCmd& c, CLI::App* sub) {
   return tokenizer::write_report(tok, sample, c.recipe, c.report, c.out).status();
 }
 
+// Its own examples: without a footer a subcommand's --help ends with lmtrain's global ones.
+constexpr const char* kExamples =
+    "Examples:\n"
+    "  lmtrain tokenizer --corpus corpus.json --vocab-size 32000 --out tok/\n"
+    "  lmtrain tokenizer --corpus corpus.json --vocab-size 32000 --out tok/ --compare-baseline\n"
+    "  lmtrain tokenizer --corpus corpus.json --vocab-size 8000 --model-type bpe --out tok-bpe/ --force\n"
+    "  lmtrain tokenizer --corpus corpus.json --out tok/ --config recipe.json --json > fertility.json\n"
+    "  lmtrain tokenizer --import Llama-3.2-1B/ --out tok-llama3/\n"
+    "  lmtrain tokenizer --extend tok-llama3/ --corpus bn.json --add 32000 --split llama3-marks --out tok-ext/ \\\n"
+    "      --parallel bn_en_parallel.jsonl.gz --parallel-corpora SUPara-benchmark:test2018,SIPC:test\n"
+    "Then: lmtrain prepare --corpus corpus.json --tokenizer tok/ --out shards/ (docs/tokenizer.md).";
+
+// --extend and its options (tokenizer/extend.h).
+void add_extend_options(CLI::App* sub, tokenizer::ExtendOptions& e) {
+  sub->add_option("--extend", e.base,
+                  "a tokenizer folder made by --import (or an HF checkpoint folder): learn up to --add new BPE "
+                  "tokens for Bangla on --corpus, appended after its ids (docs/tokenizer.md, \"Vocabulary extension\")");
+  sub->add_option("--add", e.add, "--extend: new tokens at most");
+  sub->add_option("--split", e.split,
+                  "--extend: the split pattern, which keeps combining marks in words: llama3-marks (Llama 3 bases; "
+                  "not GGUF-exportable), qwen35 (Qwen2 bases; llama.cpp's qwen35), gpt-4o (llama.cpp's gpt-4o; "
+                  "~1% of English lines change)")
+      ->capture_default_str();
+  sub->add_option("--guard", e.guard,
+                  "--extend: what a new token must hold, so text without it tokenizes exactly as the base: "
+                  "marks+bengali (a combining mark or a Bengali letter) or marks (a combining mark; mark-free Bangla "
+                  "then stays as the base has it too, and Bangla gains far less)")
+      ->capture_default_str();
+  sub->add_option("--min-count", e.min_count, "--extend: a pair seen fewer times gets no token")
+      ->capture_default_str();
+}
+
 }  // namespace
 
 void add_tokenizer(CLI::App& app, Registry& reg) {
@@ -90,6 +142,7 @@ void add_tokenizer(CLI::App& app, Registry& reg) {
   auto& r = c->recipe;
   sub->add_option("--corpus", c->corpus, "corpus manifest (corpus.json) to train on");
   sub->add_option("--import", c->import_dir, kImportHelp);
+  add_extend_options(sub, c->extend);
   sub->add_option("--out", c->out, "output folder (spm.model, tokenizer.json, fertility.json)")->required();
   sub->add_option("--config", c->config, "JSON file with recipe options (flags override it)");
   sub->add_flag("--force", c->force, "replace the tokenizer in an existing, non-empty --out folder");
@@ -152,15 +205,7 @@ void add_tokenizer(CLI::App& app, Registry& reg) {
                   "sample, and a table of fertility, parity, speed and embedding parameters per preset")
       ->delimiter(',');
   sub->add_flag("--json", p.json_stdout, "print fertility.json to stdout instead of the table");
-  // Its own examples: without a footer a subcommand's --help ends with lmtrain's global ones.
-  sub->footer(
-      "Examples:\n"
-      "  lmtrain tokenizer --corpus corpus.json --vocab-size 32000 --out tok/\n"
-      "  lmtrain tokenizer --corpus corpus.json --vocab-size 32000 --out tok/ --compare-baseline\n"
-      "  lmtrain tokenizer --corpus corpus.json --vocab-size 8000 --model-type bpe --out tok-bpe/ --force\n"
-      "  lmtrain tokenizer --corpus corpus.json --out tok/ --config recipe.json --json > fertility.json\n"
-      "  lmtrain tokenizer --import Llama-3.2-1B/ --out tok-llama3/\n"
-      "Then: lmtrain prepare --corpus corpus.json --tokenizer tok/ --out shards/ (docs/tokenizer.md).");
+  sub->footer(kExamples);
   add_global_flags(sub);
   reg.push_back({sub, [c, sub] { return run_tokenizer(*c, sub); }});
 }

@@ -35,6 +35,11 @@ class HfBpe {
   static absl::StatusOr<std::shared_ptr<const HfBpe>> parse(const std::string& json_text, const std::string& where);
 
   void encode(std::string_view text, std::vector<int32_t>* ids) const;  // no template tokens
+  // The BPE of one pre-tokenized piece's bytes (no added tokens, normalizer or split; ignore_merges
+  // as configured): what encode gives for a piece. The vocabulary extension trains on it.
+  void encode_word(std::string_view bytes, std::vector<int32_t>* ids) const { encode_piece(bytes, ids); }
+  // The bytes a token stands for (an added token: its text).
+  const std::string& token_bytes(int32_t id) const { return bytes_[id]; }
   std::string decode(const std::vector<int32_t>& ids) const;             // unknown ids are skipped
 
   int32_t vocab_size() const { return static_cast<int32_t>(token_.size()); }  // highest id + 1

@@ -96,13 +96,15 @@ size_t run_of(const Decoded& d, size_t i, uint8_t any_of) {
   return i;
 }
 
-// ` ?[^\s\p{L}\p{N}]+[\r\n]*` (with '/' in the tail for GPT-4o): the end, or i.
-size_t punctuation(const Decoded& d, size_t i, bool slash_tail) {
+// ` ?[^\s\p{L}\p{N}]+[\r\n]*` (with '/' in the tail for GPT-4o; `letters` kL, or kL | kM for
+// the patterns that keep marks in words): the end, or i.
+size_t punctuation(const Decoded& d, size_t i, bool slash_tail, uint8_t letters = kL) {
+  const uint8_t stop = kWS | letters | kN;
   size_t p = i;
-  if (d.cp[i] == ' ' && p + 1 < d.n && !(d.f(p + 1) & (kWS | kL | kN))) ++p;
-  if (d.f(p) & (kWS | kL | kN)) return i;
+  if (d.cp[i] == ' ' && p + 1 < d.n && !(d.f(p + 1) & stop)) ++p;
+  if (d.f(p) & stop) return i;
   size_t j = p;
-  while (j < d.n && !(d.fl[j] & (kWS | kL | kN))) ++j;
+  while (j < d.n && !(d.fl[j] & stop)) ++j;
   while (j < d.n && ((d.fl[j] & kCRLF) || (slash_tail && d.cp[j] == '/'))) ++j;
   return j;
 }
@@ -117,18 +119,20 @@ size_t whitespace(const Decoded& d, size_t i) {
   return j - 1;                                      // leaves one space to prefix the next word
 }
 
-// Llama 3 (max_digits 3) and Qwen2 (max_digits 1).
-size_t match_llama3(const Decoded& d, size_t i, size_t max_digits) {
+// Llama 3 (max_digits 3) and Qwen2 (max_digits 1); with `letters` kL | kM, llama3-marks and qwen35
+// (whose optional prefix `[^\r\n\p{L}\p{N}]?` may be a mark: the run then ends where it would
+// have without the prefix).
+size_t match_llama3(const Decoded& d, size_t i, size_t max_digits, uint8_t letters) {
   if (size_t e = contraction(d, i); e != i) return e;
   const uint8_t f = d.fl[i];
-  if (!(f & (kCRLF | kL | kN)) && (d.f(i + 1) & kL)) return run_of(d, i + 1, kL);
-  if (f & kL) return run_of(d, i, kL);
+  if (!(f & (kCRLF | kL | kN)) && (d.f(i + 1) & letters)) return run_of(d, i + 1, letters);
+  if (f & letters) return run_of(d, i, letters);
   if (f & kN) {
     size_t j = i;
     while (j < d.n && j - i < max_digits && (d.fl[j] & kN)) ++j;
     return j;
   }
-  if (size_t e = punctuation(d, i, false); e != i) return e;
+  if (size_t e = punctuation(d, i, false, letters); e != i) return e;
   if (f & kWS) return whitespace(d, i);
   return i + 1;  // unreachable: every code point is a letter, digit, space or other
 }
@@ -213,6 +217,8 @@ absl::StatusOr<Splitter> Splitter::make(const std::string& pattern, const std::s
   if (pattern == kLlama3Pattern) s.kind_ = Kind::kLlama3;
   else if (pattern == kQwen2Pattern) s.kind_ = Kind::kQwen2;
   else if (pattern == kGpt4oPattern) s.kind_ = Kind::kGpt4o;
+  else if (pattern == kLlama3MarksPattern) s.kind_ = Kind::kLlama3Marks;
+  else if (pattern == kQwen35Pattern) s.kind_ = Kind::kQwen35;
   else return make_regex(pattern, where);
   return s;
 }
@@ -225,8 +231,11 @@ void Splitter::split(std::string_view text, std::vector<Span>* out) const {
   }
   thread_local Decoded d;
   decode(text, d);
+  const bool marks = kind_ == Kind::kLlama3Marks || kind_ == Kind::kQwen35;
+  const size_t max_digits = kind_ == Kind::kLlama3 || kind_ == Kind::kLlama3Marks ? 3 : 1;
+  const uint8_t letters = marks ? (kL | kM) : kL;
   for (size_t i = 0; i < d.n;) {
-    size_t e = kind_ == Kind::kGpt4o ? match_gpt4o(d, i) : match_llama3(d, i, kind_ == Kind::kLlama3 ? 3 : 1);
+    size_t e = kind_ == Kind::kGpt4o ? match_gpt4o(d, i) : match_llama3(d, i, max_digits, letters);
     if (e <= i) e = i + 1;
     out->push_back({d.off[i], d.off[e]});
     i = e;

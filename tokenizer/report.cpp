@@ -227,8 +227,11 @@ Json training_mix(const Tokenizer& tok, const TrainingSample& sample, const Repo
 }  // namespace
 
 absl::StatusOr<Json> write_report(const Tokenizer& tok, const TrainingSample& sample, const TrainOptions& recipe,
-                                  const ReportOptions& o, const std::string& out_dir) {
+                                  const ReportOptions& o, const std::string& out_dir,
+                                  const std::vector<EncoderFns>& compare) {
   std::vector<EncoderFns> encoders = {encoder_fns(tok)};
+  if (!o.encoder_name.empty()) encoders[0].name = o.encoder_name;
+  encoders.insert(encoders.end(), compare.begin(), compare.end());
   double baseline_s = 0;
   int baseline_vocab = 0;
   if (o.compare_baseline) {

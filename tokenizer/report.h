@@ -24,9 +24,11 @@ struct ReportOptions {
   int64_t vocab_use_chars = 2000000;          // code points of each language's training text for its vocabulary use
   bool json_stdout = false;
   bool print_table = true;                    // false: only fertility.json (the sweep prints its own table)
+  std::string encoder_name;                   // the tokenizer's name in the rows (empty: its type)
 };
 
-// What the report needs of a tokenizer, so the baseline is measured by the same code.
+// What the report needs of a tokenizer, so the baseline (and a vocabulary extension's base) is
+// measured by the same code.
 struct EncoderFns {
   std::string name;
   std::function<std::vector<int32_t>(std::string_view)> encode;
@@ -66,7 +68,9 @@ absl::StatusOr<std::vector<std::pair<std::string, std::string>>> read_parallel(
 
 // Everything `lmtrain tokenizer` reports after training: fertility.json in out_dir + stdout;
 // returns the report (fertility.json's content).
+// `compare`: more tokenizers measured beside it on the same texts (a vocabulary extension's base).
 absl::StatusOr<Json> write_report(const Tokenizer& tok, const TrainingSample& sample, const TrainOptions& recipe,
-                                  const ReportOptions& options, const std::string& out_dir);
+                                  const ReportOptions& options, const std::string& out_dir,
+                                  const std::vector<EncoderFns>& compare = {});
 
 }  // namespace lm::tokenizer

@@ -351,7 +351,7 @@ TEST(HfPretokenize, MatchersEqualTheRegexEngine) {
       "\u00a0", "\u3000", "\u2028", "0", "7", "١", "৫", "Ⅻ", "½", "ক", "া", "্", "ি", "\u200c", "\u200d", "\u0301", "é", "ǅ",
       "ʰ", "中", "ー", "!", ".", ",", "/", "-", "🦙", "👍🏽", "\u200b", "$", "Ω", "ω"};
   std::mt19937 rng(37);
-  for (const char* pattern : {kLlama3Pattern, kQwen2Pattern, kGpt4oPattern}) {
+  for (const char* pattern : {kLlama3Pattern, kQwen2Pattern, kGpt4oPattern, kLlama3MarksPattern, kQwen35Pattern}) {
     auto fast = Splitter::make(pattern, "test");
     auto slow = Splitter::make_regex(pattern, "test");
     ASSERT_TRUE(fast.ok() && slow.ok());
