@@ -83,8 +83,9 @@ TEST(ParamGroups, EachGroupStepsAtItsScaledLr) {
     if (n.rfind("__step__.", 0) != 0) old.emplace_back(n, t);
   AdamW back({{"model.embed_tokens.weight", e}, {"model.layers.0.mlp.up_proj.weight", b}}, tc);
   ASSERT_TRUE(back.load_state(old, "old").ok());
-  for (const auto& [n, t] : back.state())
+  for (const auto& [n, t] : back.state()) {
     if (n.rfind("__step__", 0) == 0) EXPECT_EQ(t.item<int64_t>(), 2) << n;
+  }
 }
 
 class EmbeddingsOnlyStage : public ::testing::Test {
