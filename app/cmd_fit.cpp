@@ -82,6 +82,8 @@ void add_fit(CLI::App& app, Registry& reg) {
       "  lmtrain fit --out runs/small --resume --steps 1200       # extend a run (re-plans the lr schedule)\n"
       "  lmtrain fit --out runs/small --resume --data shards-v2/ --allow-new-data --steps 2000   # continued pretraining\n"
       "  lmtrain fit --data shards/ --init-from hf/Llama-3.2-1B --out runs/cpt   # continued pretraining of a checkpoint\n"
+      "  lmtrain fit --data shards-bn/ --init-from hf/Llama-3.2-1B-bn --out runs/bn --set param_groups.embeddings_only_steps=500\n"
+      "      --set param_groups.embeddings_lr_scale=2   # extended vocabulary: embeddings and head first, then all\n"
       "  lmtrain fit --data shards/ --preset tiny --out runs/dp --nproc 2   # 2 ranks, Gloo\n"
       "  torchrun --no-python --nproc-per-node 8 lmtrain fit --data shards/ --preset 400m --out runs/400m\n"
       "Defaults: --device auto (cuda when visible), --dtype auto (bf16 on cuda), TF32 on; each preset's batch,\n"

@@ -44,6 +44,7 @@ void add_demo(CLI::App& app, Registry& reg);
 void add_plan(CLI::App& app, Registry& reg);
 void add_export(CLI::App& app, Registry& reg);  // HF Llama folder
 void add_report(CLI::App& app, Registry& reg);  // report.html
+void add_extend_model(CLI::App& app, Registry& reg);  // HF checkpoint grown to an extended vocabulary
 
 // lmeval
 void add_nll(CLI::App& app, Registry& reg);

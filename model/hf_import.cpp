@@ -176,12 +176,6 @@ absl::StatusOr<ModelConfig> read_hf_config(const std::string& dir) {
 
 namespace {
 
-// The mapped weight files of a checkpoint and where each tensor is.
-struct WeightSet {
-  std::vector<MappedSafetensors> files;
-  std::map<std::string, std::pair<size_t, const SafetensorsEntry*>> where;  // name -> file, entry
-};
-
 // The shard names of model.safetensors.index.json, and which tensor it says each holds.
 absl::StatusOr<std::map<std::string, std::string>> read_index(const std::string& index) {
   LM_ASSIGN_OR_RETURN(Json j, read_json_file(index));
@@ -199,7 +193,9 @@ absl::StatusOr<std::map<std::string, std::string>> read_index(const std::string&
   return out;
 }
 
-absl::StatusOr<WeightSet> open_weights(const std::string& dir) {
+}  // namespace
+
+absl::StatusOr<HfWeights> open_hf_weights(const std::string& dir) {
   const fs::path d(dir);
   const fs::path single = d / "model.safetensors", index = d / "model.safetensors.index.json";
   std::map<std::string, std::string> index_map;  // tensor -> shard (sharded checkpoints)
@@ -217,7 +213,8 @@ absl::StatusOr<WeightSet> open_weights(const std::string& dir) {
     return absl::NotFoundError(absl::StrCat(dir, ": no model.safetensors or model.safetensors.index.json",
                                             bin ? " (only pytorch_model.bin: convert it to safetensors first)" : ""));
   }
-  WeightSet ws;
+  HfWeights ws;
+  if (!fs::exists(single, ec)) ws.index = index.string();
   ws.files.reserve(names.size());
   for (const auto& n : names) {
     const fs::path p = d / n;
@@ -244,6 +241,8 @@ absl::StatusOr<WeightSet> open_weights(const std::string& dir) {
   return ws;
 }
 
+namespace {
+
 std::string dtype_name(torch::ScalarType t) {
   return t == torch::kBFloat16 ? "bf16" : t == torch::kFloat16 ? "fp16" : t == torch::kFloat32 ? "fp32" : c10::toString(t);
 }
@@ -259,7 +258,7 @@ bool ignorable(const std::string& name, bool tied) {
 }  // namespace
 
 absl::Status load_hf_weights(const std::string& dir, Transformer& model) {
-  LM_ASSIGN_OR_RETURN(WeightSet ws, open_weights(dir));
+  LM_ASSIGN_OR_RETURN(HfWeights ws, open_hf_weights(dir));
   const NamedTensors params = module_state(*model);
   std::set<std::string> wanted;
   for (const auto& [name, t] : params) wanted.insert(name);
@@ -298,7 +297,7 @@ absl::StatusOr<HfCheckpointInfo> inspect_hf_checkpoint(const std::string& dir) {
   LM_ASSIGN_OR_RETURN(Json hf, read_json_file(cfg_path));
   LM_ASSIGN_OR_RETURN(info.config, hf_model_config(hf, cfg_path));
   info.architecture = hf["architectures"][0].get<std::string>();
-  LM_ASSIGN_OR_RETURN(WeightSet ws, open_weights(dir));
+  LM_ASSIGN_OR_RETURN(HfWeights ws, open_hf_weights(dir));
   std::set<std::string> dtypes;
   std::error_code ec;
   for (const auto& f : ws.files) {

@@ -11,11 +11,14 @@
 // biases o_proj too), mlp_bias, an activation other than silu.
 #pragma once
 
+#include <map>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "core/config.h"
 #include "model/config.h"
+#include "model/safetensors.h"
 #include "model/transformer.h"
 
 namespace lm::model {
@@ -39,6 +42,15 @@ struct HfCheckpointInfo {
   int64_t tensors = 0;
 };
 absl::StatusOr<HfCheckpointInfo> inspect_hf_checkpoint(const std::string& dir);
+
+// The mapped weight files of a checkpoint (model.safetensors, or the shards of
+// model.safetensors.index.json, checked against it) and where each tensor is.
+struct HfWeights {
+  std::vector<MappedSafetensors> files;
+  std::map<std::string, std::pair<size_t, const SafetensorsEntry*>> where;  // name -> file, entry
+  std::string index;  // the index file's path; "" for one model.safetensors
+};
+absl::StatusOr<HfWeights> open_hf_weights(const std::string& dir);
 
 // Copies the checkpoint's tensors into `model` (any dtype and device), each straight from the
 // mapped file. Every parameter must be there with its shape; a tensor the model has no place for

@@ -37,6 +37,11 @@ const DtypeInfo* by_name(const std::string& n) {
 
 }  // namespace
 
+const char* safetensors_dtype_name(torch::ScalarType t) {
+  const DtypeInfo* d = by_type(t);
+  return d == nullptr ? nullptr : d->name;
+}
+
 std::string encode_safetensors(const NamedTensors& tensors,
                                const std::map<std::string, std::string>& metadata) {
   Json header = Json::object();

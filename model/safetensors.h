@@ -22,6 +22,9 @@ struct SafetensorsFile {
   std::map<std::string, std::string> metadata;
 };
 
+// The header's dtype name of `t` ("BF16", "F32", ...); nullptr for a type safetensors lacks here.
+const char* safetensors_dtype_name(torch::ScalarType t);
+
 // Serialises to bytes (tensors are moved to CPU and made contiguous).
 std::string encode_safetensors(const NamedTensors& tensors,
                                const std::map<std::string, std::string>& metadata = {});

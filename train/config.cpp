@@ -154,6 +154,25 @@ std::string resolve_hardware(TrainConfig& c, bool cuda_available) {
 namespace {
 
 // The value ranges of the fields resolve() does not derive.
+absl::Status check_param_groups(const ParamGroupsConfig& g) {
+  const std::pair<const char*, double> scales[] = {{"embeddings_lr_scale", g.embeddings_lr_scale},
+                                                   {"head_lr_scale", g.head_lr_scale},
+                                                   {"blocks_lr_scale", g.blocks_lr_scale},
+                                                   {"norms_lr_scale", g.norms_lr_scale}};
+  for (const auto& [key, v] : scales)
+    if (!(v >= 0 && v <= 1e6))
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "train.param_groups.%s: must be a multiplier of optimizer.lr in [0, 1e6] (0 freezes the group), got %g", key, v));
+  if (g.embeddings_only_steps < 0)
+    return absl::InvalidArgumentError(absl::StrCat("train.param_groups.embeddings_only_steps: must be >= 0, got ",
+                                                   g.embeddings_only_steps));
+  if (g.embeddings_only_steps > 0 && g.embeddings_lr_scale == 0 && g.head_lr_scale == 0)
+    return absl::InvalidArgumentError(
+        "train.param_groups.embeddings_only_steps: the embeddings and the head are both frozen (lr scale 0), so the "
+        "first stage would train nothing; give embeddings_lr_scale or head_lr_scale a positive value");
+  return absl::OkStatus();
+}
+
 absl::Status check_ranges(const TrainConfig& c) {
   auto bad = [](const std::string& field, const std::string& why) {
     return absl::InvalidArgumentError("train." + field + ": " + why);
@@ -187,7 +206,7 @@ absl::Status check_ranges(const TrainConfig& c) {
   if (c.hardware.device != "auto" && c.hardware.device != "cpu" && c.hardware.device != "cuda") return bad("hardware.device", "expected auto, cpu or cuda, got '" + c.hardware.device + "'");
   if (!(c.distributed.bucket_mb > 0)) return bad("distributed.bucket_mb", "must be positive (MiB per all-reduce bucket)");
   if (c.hardware.dtype != "auto" && c.hardware.dtype != "fp32" && c.hardware.dtype != "bf16") return bad("hardware.dtype", "expected auto, fp32 or bf16, got '" + c.hardware.dtype + "'");
-  return absl::OkStatus();
+  return check_param_groups(c.param_groups);
 }
 
 }  // namespace

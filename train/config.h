@@ -147,6 +147,25 @@ struct DistributedConfig {
   }
 };
 
+// Per-group learning rates and the embeddings-only first stage of continued pretraining on an
+// extended vocabulary (train/param_groups.h): each group's lr is optimizer.lr (as scheduled)
+// times its scale; for the first embeddings_only_steps optimizer steps only the embedding and the
+// head train (every other parameter keeps its bytes), then the whole model. A scale of 0 freezes a
+// group for the whole run.
+struct ParamGroupsConfig {
+  double embeddings_lr_scale = 1.0;  // model.embed_tokens (and a tied head)
+  double head_lr_scale = 1.0;        // lm_head (untied)
+  double blocks_lr_scale = 1.0;      // attention and MLP weights and biases of every layer
+  double norms_lr_scale = 1.0;       // RMSNorm weights
+  int64_t embeddings_only_steps = 0;
+  template <class V>
+  void visit(V& v) {
+    v("embeddings_lr_scale", embeddings_lr_scale); v("head_lr_scale", head_lr_scale);
+    v("blocks_lr_scale", blocks_lr_scale); v("norms_lr_scale", norms_lr_scale);
+    v("embeddings_only_steps", embeddings_only_steps);
+  }
+};
+
 struct DebugConfig {
   bool verify_at_start = true;         // gradient-flow arbiter before step 1
   int64_t inject_nan_step = -1;        // fault injection for tests: poison one gradient at this step
@@ -173,6 +192,7 @@ struct TrainConfig {
   int64_t nan_skip_limit = 0;
   BatchConfig batch;
   OptimizerConfig optimizer;
+  ParamGroupsConfig param_groups;
   ScheduleConfig schedule;
   CheckpointConfig checkpoint;
   EvalConfig eval;
@@ -185,7 +205,8 @@ struct TrainConfig {
   void visit(V& v) {
     v("tokens", tokens); v("steps", steps); v("seed", seed); v("stop_at_step", stop_at_step);
     v("nan_skip_limit", nan_skip_limit);
-    v("batch", batch); v("optimizer", optimizer); v("schedule", schedule); v("checkpoint", checkpoint);
+    v("batch", batch); v("optimizer", optimizer); v("param_groups", param_groups);
+    v("schedule", schedule); v("checkpoint", checkpoint);
     v("eval", eval); v("logging", logging); v("hardware", hardware); v("distributed", distributed);
     v("debug", debug);
   }

@@ -1,5 +1,6 @@
 #include "train/optim.h"
 
+#include <algorithm>
 #include <cmath>
 #include <map>
 
@@ -7,18 +8,22 @@
 #include <ATen/ops/_foreach_norm.h>
 #include <ATen/ops/_fused_adamw.h>
 
+#include "absl/strings/str_cat.h"
+
 namespace lm::train {
 
 AdamW::AdamW(const std::vector<std::pair<std::string, torch::Tensor>>& params, const TrainConfig& cfg)
     : beta1_(cfg.optimizer.beta1), beta2_(cfg.optimizer.beta2), eps_(cfg.optimizer.eps), weight_decay_(cfg.optimizer.weight_decay) {
+  for (int g = 0; g < kParamGroups; ++g) lr_scale_[g] = lr_scale(cfg.param_groups, static_cast<ParamGroup>(g));
   for (const auto& [name, p] : params) {
     if (!p.requires_grad()) continue;
     const bool is_embedding = name.find("embed_tokens") != std::string::npos;
     const bool decay = p.dim() >= 2 && (!is_embedding || cfg.optimizer.decay_embeddings);
+    const int group = static_cast<int>(param_group(name));
     (decay ? decayed_ : not_decayed_).push_back(name);
     slots_.push_back({name, p, torch::zeros_like(p, torch::MemoryFormat::Preserve),
-                      torch::zeros_like(p, torch::MemoryFormat::Preserve), decay});
-    step_tensor(p.device());
+                      torch::zeros_like(p, torch::MemoryFormat::Preserve), decay, group});
+    step_tensor(p.device(), group);
   }
 }
 
@@ -28,10 +33,11 @@ void AdamW::zero_grad() {
   }
 }
 
-torch::Tensor& AdamW::step_tensor(const torch::Device& device) {
-  auto& step = step_tensors_[device.str()];
+torch::Tensor& AdamW::step_tensor(const torch::Device& device, int group) {
+  auto& step = step_tensors_[{device.str(), group}];
   if (!step.defined())
-    step = torch::full({}, static_cast<double>(loaded_t_), torch::TensorOptions().dtype(torch::kFloat32).device(device));
+    step = torch::full({}, static_cast<double>(loaded_t_[group]),
+                       torch::TensorOptions().dtype(torch::kFloat32).device(device));
   return step;
 }
 
@@ -42,10 +48,10 @@ void AdamW::step(double lr, const torch::Tensor& found_inf) {
 
 void AdamW::set_lr(double lr) {
   for (const auto& s : slots_) {
-    auto& t = lr_tensors_[s.param.device().str()];
+    auto& t = lr_tensors_[{s.param.device().str(), s.group}];
     if (!t.defined()) t = torch::empty({}, torch::TensorOptions().dtype(torch::kFloat32).device(s.param.device()));
   }
-  for (auto& [dev, t] : lr_tensors_) t.fill_(lr);
+  for (auto& [key, t] : lr_tensors_) t.fill_(lr * lr_scale_[key.second]);  // x1.0 is exact: lr as before groups
 }
 
 void AdamW::step_device_lr(const torch::Tensor& found_inf) {
@@ -56,47 +62,62 @@ void AdamW::step_device_lr(const torch::Tensor& found_inf) {
 void AdamW::update(double lr, const torch::Tensor& found_inf) {
   torch::NoGradGuard no_grad;
   // Bias correction reads state_steps, which the kernel does not advance (torch.optim adds 1
-  // before calling it and subtracts found_inf after): every slot shares the run's step count, so
-  // one step tensor per device is advanced by 1 - found_inf on the device and passed for each
-  // parameter. Integers below 2^24 are exact in float32, so this equals filling in t.
-  for (auto& [dev, step] : step_tensors_) {
+  // before calling it and subtracts found_inf after): a group's slots share its step count, so
+  // one step tensor per device and group is advanced by 1 - found_inf on the device, for the
+  // groups with a gradient this step. Integers below 2^24 are exact in float32.
+  bool active[kParamGroups] = {};
+  for (const auto& s : slots_) active[s.group] = active[s.group] || s.param.grad().defined();
+  for (auto& [key, step] : step_tensors_) {
+    if (!active[key.second]) continue;
     if (found_inf.defined()) step.add_(1.0 - found_inf.to(step.device()));
     else step.add_(1.0);
   }
-  // ATen's fused AdamW (one kernel over all tensors of a group on CUDA, a vectorised loop on CPU),
-  // the kernel behind torch.optim.AdamW(fused=True): decayed and undecayed groups in two calls.
-  for (const bool decay : {true, false}) {
-    std::vector<torch::Tensor> p, g, m, v, steps;
-    for (auto& s : slots_) {
-      if (s.decay != decay || !s.param.grad().defined()) continue;
-      auto& step = step_tensors_.at(s.param.device().str());
-      p.push_back(s.param);
-      g.push_back(s.param.grad());
-      m.push_back(s.exp_avg);
-      v.push_back(s.exp_avg_sq);
-      steps.push_back(step);
-    }
-    if (p.empty()) continue;
-    std::optional<at::Tensor> inf;
-    if (found_inf.defined()) inf = found_inf.to(p.front().device(), torch::kFloat32);
-    const double wd = decay ? weight_decay_ : 0.0;
-    if (lr >= 0)
-      at::_fused_adamw_(p, g, m, v, /*max_exp_avg_sqs=*/{}, steps, lr, beta1_, beta2_, wd, eps_, /*amsgrad=*/false,
-                        /*maximize=*/false, /*grad_scale=*/std::nullopt, inf);
-    else
-      at::_fused_adamw_(p, g, m, v, /*max_exp_avg_sqs=*/{}, steps, lr_tensors_.at(p.front().device().str()), beta1_,
-                        beta2_, wd, eps_, /*amsgrad=*/false, /*maximize=*/false, /*grad_scale=*/std::nullopt, inf);
+  // ATen's fused AdamW (one kernel over all tensors of a call on CUDA, a vectorised loop on CPU),
+  // the kernel behind torch.optim.AdamW(fused=True): one call per group and decay.
+  for (int group = 0; group < kParamGroups; ++group)
+    for (const bool decay : {true, false}) fused_update(group, decay, lr, found_inf);
+}
+
+void AdamW::fused_update(int group, bool decay, double lr, const torch::Tensor& found_inf) {
+  std::vector<torch::Tensor> p, g, m, v, steps;
+  for (auto& s : slots_) {
+    if (s.group != group || s.decay != decay || !s.param.grad().defined()) continue;
+    p.push_back(s.param);
+    g.push_back(s.param.grad());
+    m.push_back(s.exp_avg);
+    v.push_back(s.exp_avg_sq);
+    steps.push_back(step_tensors_.at({s.param.device().str(), group}));
   }
+  if (p.empty()) return;
+  std::optional<at::Tensor> inf;
+  if (found_inf.defined()) inf = found_inf.to(p.front().device(), torch::kFloat32);
+  const double wd = decay ? weight_decay_ : 0.0;
+  if (lr >= 0)
+    at::_fused_adamw_(p, g, m, v, /*max_exp_avg_sqs=*/{}, steps, lr * lr_scale_[group], beta1_, beta2_, wd, eps_,
+                      /*amsgrad=*/false, /*maximize=*/false, /*grad_scale=*/std::nullopt, inf);
+  else
+    at::_fused_adamw_(p, g, m, v, /*max_exp_avg_sqs=*/{}, steps, lr_tensors_.at({p.front().device().str(), group}),
+                      beta1_, beta2_, wd, eps_, /*amsgrad=*/false, /*maximize=*/false, /*grad_scale=*/std::nullopt, inf);
+}
+
+int64_t AdamW::group_steps(int group) const {
+  for (const auto& [key, step] : step_tensors_)
+    if (key.second == group) return static_cast<int64_t>(step.item<double>());
+  return loaded_t_[group];
 }
 
 int64_t AdamW::steps_taken() const {
-  if (step_tensors_.empty()) return loaded_t_;
-  return static_cast<int64_t>(step_tensors_.begin()->second.item<double>());
+  int64_t most = 0;
+  for (int g = 0; g < kParamGroups; ++g) most = std::max(most, group_steps(g));
+  return most;
 }
 
 model::NamedTensors AdamW::state() const {
   model::NamedTensors out;
   out.emplace_back("__step__", torch::tensor({steps_taken()}, torch::kInt64));
+  for (int g = 0; g < kParamGroups; ++g)
+    out.emplace_back(absl::StrCat("__step__.", group_name(static_cast<ParamGroup>(g))),
+                     torch::tensor({group_steps(g)}, torch::kInt64));
   for (const auto& s : slots_) {
     out.emplace_back(s.name + ".exp_avg", s.exp_avg);
     out.emplace_back(s.name + ".exp_avg_sq", s.exp_avg_sq);
@@ -119,8 +140,11 @@ absl::Status AdamW::load_state(const model::NamedTensors& state, const std::stri
       pair->copy_(f->second);
     }
   }
-  loaded_t_ = it->second.item<int64_t>();
-  for (auto& [dev, step] : step_tensors_) step.fill_(static_cast<double>(loaded_t_));
+  for (int g = 0; g < kParamGroups; ++g) {
+    auto own = m.find(absl::StrCat("__step__.", group_name(static_cast<ParamGroup>(g))));
+    loaded_t_[g] = (own != m.end() ? own->second : it->second).item<int64_t>();
+  }
+  for (auto& [key, step] : step_tensors_) step.fill_(static_cast<double>(loaded_t_[key.second]));
   return absl::OkStatus();
 }
 

@@ -10,13 +10,17 @@
 
 #include "model/safetensors.h"
 #include "train/config.h"
+#include "train/param_groups.h"
 
 namespace lm::train {
 
 class AdamW {
  public:
   // Decay applies to 2-D weights except the token embedding (unless decay_embeddings);
-  // norms (1-D) never decay.
+  // norms (1-D) never decay. Each parameter group (train/param_groups.h) updates at lr times its
+  // train.param_groups scale and counts its own steps: a group whose parameters had no gradient
+  // in a step (frozen in the first stage) is not advanced, so its bias correction starts at its
+  // first update.
   AdamW(const std::vector<std::pair<std::string, torch::Tensor>>& params, const TrainConfig& cfg);
 
   // One update with learning rate `lr`: at::_fused_adamw_, the kernel of
@@ -36,7 +40,10 @@ class AdamW {
   const std::vector<std::string>& decayed() const { return decayed_; }
   const std::vector<std::string>& not_decayed() const { return not_decayed_; }
 
-  model::NamedTensors state() const;  // "<param>.exp_avg", "<param>.exp_avg_sq", "__step__" (a read)
+  // "<param>.exp_avg", "<param>.exp_avg_sq", "__step__" (the most steps of any group) and
+  // "__step__.<group>" (a read). A state without the per-group counts (before groups) loads
+  // "__step__" into every group.
+  model::NamedTensors state() const;
   absl::Status load_state(const model::NamedTensors& state, const std::string& source);
 
  private:
@@ -44,18 +51,24 @@ class AdamW {
     std::string name;
     torch::Tensor param, exp_avg, exp_avg_sq;
     bool decay;
+    int group;  // ParamGroup
   };
   std::vector<Slot> slots_;
   std::vector<std::string> decayed_, not_decayed_;
   double beta1_, beta2_, eps_, weight_decay_;
-  // The run's step count t as a float32 scalar per device, advanced on the device by 1 - found_inf:
-  // bias correction reads it, and a skipped step must not advance it.
-  std::map<std::string, torch::Tensor> step_tensors_;
-  int64_t loaded_t_ = 0;  // t from load_state: the value a step tensor starts from
-  torch::Tensor& step_tensor(const torch::Device& device);
-  std::map<std::string, torch::Tensor> lr_tensors_;  // set_lr's values, per device
+  double lr_scale_[kParamGroups];
+  // Each group's step count t as a float32 scalar per device, advanced on the device by
+  // 1 - found_inf when the group is updated: bias correction reads it, and a skipped step must not
+  // advance it. Keyed by (device, group).
+  using Key = std::pair<std::string, int>;
+  std::map<Key, torch::Tensor> step_tensors_;
+  int64_t loaded_t_[kParamGroups] = {};  // t from load_state: the value a step tensor starts from
+  torch::Tensor& step_tensor(const torch::Device& device, int group);
+  std::map<Key, torch::Tensor> lr_tensors_;  // set_lr's values times each group's scale, per device
+  int64_t group_steps(int group) const;
   // The update with lr as a number, or (lr < 0) from lr_tensors_.
   void update(double lr, const torch::Tensor& found_inf);
+  void fused_update(int group, bool decay, double lr, const torch::Tensor& found_inf);  // one kernel call
 };
 
 // The global gradient norm and what the non-finite handler needs, all on the gradients' device.

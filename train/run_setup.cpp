@@ -2,6 +2,7 @@
 
 #include <chrono>
 #include <filesystem>
+#include <map>
 #include <optional>
 
 #include "absl/strings/str_cat.h"
@@ -13,6 +14,7 @@
 #include "core/run_folder.h"
 #include "data/sampler.h"
 #include "model/hf_import.h"
+#include "model/vocab_extension.h"
 #include "train/device.h"
 #include "train/preflight.h"
 #include "train/resume.h"
@@ -256,6 +258,23 @@ void log_passes(const data::BatchSampler& sampler, const TrainConfig& tc, int wo
   data::warn_passes(passes, tokens, "fit");
 }
 
+}  // namespace
+
+std::string replay_warning(const std::string& init_from, const std::map<std::string, double>& shares) {
+  std::error_code ec;
+  if (init_from.empty() || !fs::exists(fs::path(init_from) / model::kVocabExtensionFile, ec)) return "";
+  const auto en = shares.find("en");
+  if (en != shares.end() && en->second > 0) return "";
+  std::vector<std::string> langs;
+  for (const auto& [lang, p] : shares) langs.push_back(absl::StrFormat("%s %.0f%%", lang, 100 * p));
+  return absl::StrCat("--init-from ", init_from, " is an extended checkpoint (lmtrain extend-model) but the shards "
+                      "hold no English (", absl::StrJoin(langs, ", "), "): with nothing of the base's language to replay, "
+                      "its English degrades as the new tokens train; add an English source to corpus.json (about 25% of the "
+                      "tokens, docs/continued-pretraining.md \"English replay\") and re-run lmtrain prepare");
+}
+
+namespace {
+
 absl::Status load_data(const data::ShardSet& set, RunSetup& s) {
   data::SamplerConfig sc;
   sc.batch = s.req.train.batch.micro_batch;
@@ -265,6 +284,11 @@ absl::Status load_data(const data::ShardSet& set, RunSetup& s) {
   sc.world = s.req.world_size;
   LM_ASSIGN_OR_RETURN(data::BatchSampler sampler, data::BatchSampler::create(set, sc));
   if (s.req.rank == 0) log_passes(sampler, s.req.train, s.req.world_size);
+  if (s.req.rank == 0 && !s.resuming) {
+    std::map<std::string, double> shares;
+    for (const auto& lang : sampler.languages()) shares[lang] = sampler.probability(lang);
+    if (const std::string w = replay_warning(s.req.init_from, shares); !w.empty()) log_warn("%s", w);
+  }
   s.source = std::make_unique<SamplerSource>(std::move(sampler));
   LM_ASSIGN_OR_RETURN(s.val, load_validation(set, s.req.train.batch.seq_len, s.req.train.eval.windows));
   return absl::OkStatus();
@@ -355,8 +379,10 @@ absl::StatusOr<std::unique_ptr<RunSetup>> set_up_run(const FitOptions& o) {
   LM_RETURN_IF_ERROR(set.check_tokenizer(s->tok));  // hash, vocabulary and framing
   if (!o.init_from.empty() && !s->resuming && s->tok.vocab_size() > rf.model.vocab_size)
     return absl::FailedPreconditionError(absl::StrCat(
-        tok_dir, ": vocabulary ", s->tok.vocab_size(), " is larger than vocab_size ", rf.model.vocab_size, " of --init-from ",
-        o.init_from, "/config.json (prepare the shards with the checkpoint's own tokenizer)"));
+        tok_dir, ": the shards' tokenizer has ", s->tok.vocab_size(), " ids but --init-from ", o.init_from,
+        "/config.json has vocab_size ", rf.model.vocab_size, ": an extended tokenizer needs the checkpoint grown to it "
+        "first ('lmtrain extend-model --hf ", o.init_from, " --tokenizer TOK_EXT --out HF_EXT', then --init-from HF_EXT), "
+        "else prepare the shards with the checkpoint's own tokenizer"));
   fill_request(o, env, rf, *s);
   s->req.hardware = hardware;
   open_timer.reset();

@@ -10,6 +10,7 @@
 //   5. the batch sampler and validation windows; a new run's tokenizer copy in the folder.
 #pragma once
 
+#include <map>
 #include <memory>
 #include <optional>
 #include <string>
@@ -64,6 +65,11 @@ struct RunSetup {
 // no step checkpoint (checkpoint.interval) falls before train.steps, none comes by time
 // (checkpoint.minutes 0) and no earlier stop_at_step checkpoints. Empty when one would.
 std::string no_checkpoint_warning(const TrainConfig& tc, int64_t from_step);
+
+// English replay (docs/continued-pretraining.md): "" unless `init_from` is an extended checkpoint
+// (it holds extension.json from `lmtrain extend-model`) and the mixture's shares per language
+// (`shares`, summing to 1) give English ("en") nothing; then the warning fit prints at its start.
+std::string replay_warning(const std::string& init_from, const std::map<std::string, double>& shares);
 
 // Steps 1-5 above. Errors: a wrong resume mode or folder, refused changes on a resume, bad
 // shards or tokenizer (all exit 2 through core/status.h), a failed process-group connect.

@@ -26,6 +26,7 @@
 #include "train/rank_agreement.h"
 #include "model/hf_export.h"
 #include "train/optim.h"
+#include "train/param_groups.h"
 
 namespace lm::train {
 namespace fs = std::filesystem;
@@ -439,6 +440,7 @@ void Trainer::announce() {
   log_info("model %s: %s params, %.3g FLOPs/token; batch %d x %d x accum %d = %s tokens/step; %d steps",
            req_.model.preset, format_count(static_cast<double>(model::param_count(req_.model))), flops_per_token_,
            tc_.batch.micro_batch, tc_.batch.seq_len, tc_.batch.grad_accum, format_count(static_cast<double>(step_tokens_)), tc_.steps);
+  if (const std::string groups = describe_param_groups(tc_.param_groups); !groups.empty()) log_info("%s", groups);
   announce_peaks();
   const std::string checks = checks_line(checks_, req_.startup.wall_s());
   if (checks_.fell_back.empty()) log_info("%s", checks);
@@ -525,7 +527,9 @@ StepResult Trainer::train_step() {
   const FaultInjector::Site fault = faults_.at(step_);
   const auto t_step = Clock::now();
   if (device_.is_cuda()) optim_->set_lr(r.lr);  // read on the device by the update (and a replay)
-  if (graphs_ && steps_this_start_ >= 2) {
+  // No graph in the embeddings-only stage: its step leaves out gradients the next stage applies,
+  // so the graph is captured once the whole model trains.
+  if (graphs_ && steps_this_start_ >= 2 && !embeddings_only_at(tc_.param_groups, step_)) {
     graphed_step(r);
   } else {
     if (can_drop_step()) step_cursor_ = data_cursor();  // a step dropped midway comes back here
@@ -571,6 +575,9 @@ Trainer::DeviceStep Trainer::device_step(const std::function<torch::Tensor(int64
   torch::Tensor loss = accumulate_gradients(fault, window);  // float64 scalar on the device
   if (abandoned_) return {};                                  // a stop between micro-batches
   if (grad_sync_) r.comm_wait_s = sync_gradients(loss);
+  // The first stage and frozen groups (train.param_groups): their parameters and moments keep
+  // their bytes, and the clipping norm is the trained parameters' alone.
+  drop_frozen_grads(params_, tc_.param_groups, r.step - 1);
   if (fault == FaultInjector::Site::kGradient) FaultInjector::poison_gradient(params_);
   GradNorm norm = clip_grad_norm(plist_, tc_.optimizer.grad_clip);
   // A non-finite loss or gradient is never applied: found_inf skips the update on the device
@@ -767,6 +774,8 @@ void Trainer::advance(const StepResult& r) {
   sum_.comm_wait_s += r.comm_wait_s;
   ++step_;
   tokens_ += step_tokens_;
+  if (main_rank_ && step_ == tc_.param_groups.embeddings_only_steps && step_ < tc_.steps)
+    log_info("step %d: the embeddings-only stage is over; the whole model trains from step %d", step_, step_ + 1);
 }
 
 bool Trainer::log_due() const {
