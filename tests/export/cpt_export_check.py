@@ -56,10 +56,14 @@ def need_modules():
 
 
 def texts():
+    """The bundled held-out lines, then ../shared/data/sample/{bn,en}_2000.txt when present."""
     out = {}
     for lang in ("bn", "en"):
         p = os.path.join(REPO, "data", "sample", f"{lang}_heldout.txt.gz")
         rows = [" ".join(l.split())[:300] for l in gzip.open(p, "rt", encoding="utf-8")]
+        shared = os.path.join(REPO, "..", "shared", "data", "sample", f"{lang}_2000.txt")
+        if os.path.exists(shared):
+            rows += [" ".join(l.split())[:300] for l in open(shared, encoding="utf-8")]
         out[lang] = [r for r in rows if r][:LINES]
     return out
 
@@ -133,9 +137,9 @@ def make_checkpoint(case, out):
     return rows
 
 
-def run(cmd, **kw):
-    r = subprocess.run([str(c) for c in cmd], capture_output=True, text=True, **kw)
-    if r.returncode != 0 and not kw.get("check_false"):
+def run(cmd, check=True):
+    r = subprocess.run([str(c) for c in cmd], capture_output=True, text=True)
+    if r.returncode != 0 and check:
         raise RuntimeError(f"{' '.join(map(str, cmd))} exited {r.returncode}:\n{r.stdout[-2000:]}\n{r.stderr[-3000:]}")
     return r
 
@@ -177,6 +181,11 @@ class Checks:
             self.failed += 1
 
 
+def start_ids(s, meta):
+    """The token `lmeval sample` put before its prompt (its --json "prefix": bos, eos or none)."""
+    return {"bos": [meta["bos_id"]], "eos": [meta["eos_id"]]}.get(s["prefix"], [])
+
+
 def check_hf(c, a, case, runp, hf, lines, samples, work):
     import torch
     import transformers
@@ -193,7 +202,7 @@ def check_hf(c, a, case, runp, hf, lines, samples, work):
         c.check(same == len(ls) and len(ours) == len(ls) and framed[:1] == ([bos] if bos is not None else theirs[0][:1]),
                 f"{case} hf: AutoTokenizer ({type(tok).__name__}) ids == lmforge's on {same} of {len(ls)} {lang} lines; "
                 f"BOS added as in training: {framed[:1]}")
-    m = AutoModelForCausalLM.from_pretrained(hf, torch_dtype=torch.float32, attn_implementation="eager").eval()
+    m = AutoModelForCausalLM.from_pretrained(hf, dtype=torch.float32, attn_implementation="eager").eval()
     _, wins = lmforge_docs(a, runp, lines["bn"][:6] + lines["en"][:6], work, "hf_nll")
     err, n = 0.0, 0
     with torch.no_grad():
@@ -207,7 +216,7 @@ def check_hf(c, a, case, runp, hf, lines, samples, work):
     c.check(err < 1e-4, f"{case} hf: transformers {transformers.__version__} {type(m).__name__} NLL per token vs "
             f"lmeval nll: max |diff| {err:.2e} nats over {n} tokens (tolerance 1e-4)")
     for p, s in zip(PROMPTS, samples):
-        ids = tok(p, return_tensors="pt").input_ids
+        ids = torch.tensor([start_ids(s, meta) + tok(p, add_special_tokens=False).input_ids])
         with torch.no_grad():
             g = m.generate(ids, max_new_tokens=GREEDY, do_sample=False, attention_mask=torch.ones_like(ids),
                            eos_token_id=eos, pad_token_id=eos)
@@ -237,9 +246,13 @@ def check_gguf(c, a, case, runp, gg, lines, samples, work):
         c.check(same == len(ls) and len(ours) == len(ls),
                 f"{case} gguf: llama.cpp tokenizes {same} of {len(ls)} {lang} lines to lmforge's ids"
                 + ("" if bad is None else f"\n  first differing line {bad}: llama.cpp {theirs[bad][:16]} lmforge {ours[bad][:16]}"))
+    # add_bos_token: llama.cpp's add_special puts BOS first exactly when the run's framing does.
+    first = v.tokenize(lines["en"][0].encode(), add_bos=True, special=False)[:1]
+    c.check((first == [bos]) == (bos is not None), f"{case} gguf: llama.cpp's add_special starts a prompt with "
+            f"{first} (the run's framing: BOS {bos})")
     m = llama(gg)
     for p, s in zip(PROMPTS, samples):
-        prompt = m.tokenize(p.encode(), add_bos=bos is not None, special=False)
+        prompt = start_ids(s, meta) + m.tokenize(p.encode(), add_bos=False, special=False)
         m.reset()
         m.eval(prompt)
         out = []
@@ -293,7 +306,7 @@ def run_case(c, a, case, lines):
     run([a.lmtrain, "export", "--run", runp, "--out", hf, "--dtype", "fp32", "-q"])
     check_hf(c, a, case, runp, hf, lines, samples, work)
     r = run([a.lmtrain, "export", "--run", runp, "--format", "gguf", "--gguf-type", "f32", "--out", gg, "-q"],
-            check_false=True)
+            check=False)
     if case == "marks":
         msg = r.stderr + r.stdout
         c.check(r.returncode != 0 and not os.path.exists(gg) and "--split gpt-4o" in msg and "llama.cpp" in msg,
