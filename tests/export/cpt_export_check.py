@@ -20,8 +20,8 @@ Checks per case:
         per-token NLL equals `lmeval nll`'s within 1e-4 nats; greedy generate equals `lmeval sample`.
   gguf  (f32) llama.cpp tokenizes every line to lmforge's ids; llama.cpp's greedy decode from
         3 prompts equals `lmeval sample` token for token.
---perturb changes one merge of the GGUF's llama3-ext tokenizer (tokenizer.ggml.pre written as
-llama.cpp's own "gpt-4o"): the tokenizer check must go red.
+--perturb checks a broken copy of each GGUF instead (perturb_gguf: llama3 without rope_freqs,
+qwen2 with zero biases, llama3-ext with llama.cpp's own "gpt-4o" pre-tokenizer): checks must go red.
 Exit 0: all pass; 1: a check failed; 77: skipped (no transformers / llama_cpp / vocabularies).
 """
 import argparse
@@ -251,6 +251,23 @@ def check_gguf(c, a, case, runp, gg, lines, samples, work):
     c.check((first == [bos]) == (bos is not None), f"{case} gguf: llama.cpp's add_special starts a prompt with "
             f"{first} (the run's framing: BOS {bos})")
     m = llama(gg)
+    # NLL per token of llama.cpp on lmforge's own windows (lmeval nll --dump-tokens): the model,
+    # the rotary (llama3 factors, head_dim) and the biases all count, not only the argmax.
+    _, wins = lmforge_docs(a, runp, lines["bn"][:6] + lines["en"][:6], work, "gguf_nll")
+    err, n = 0.0, 0
+    for w in wins:
+        m.reset()
+        m.eval(w["tokens"])
+        z = np.array(m.scores[: len(w["tokens"])], dtype=np.float64)[:-1]
+        lp = z - z.max(1, keepdims=True)
+        lp = lp - np.log(np.exp(lp).sum(1, keepdims=True))
+        nll = -lp[np.arange(len(z)), w["tokens"][1:]][w["first_target"] - 1:]
+        err = max(err, float(np.abs(nll - np.array(w["nll"])).max()))
+        n += len(w["nll"])
+    # 1e-3: f32 weights on both sides; ggml sums in another order and with its own exp (1e-5 seen
+    # on lmforge's own models, docs/export.md "GGUF for llama.cpp").
+    c.check(err < 1e-3, f"{case} gguf: llama.cpp NLL per token vs lmeval nll: max |diff| {err:.2e} nats over {n} "
+            f"tokens (tolerance 1e-3)")
     for p, s in zip(PROMPTS, samples):
         prompt = start_ids(s, meta) + m.tokenize(p.encode(), add_bos=False, special=False)
         m.reset()
@@ -267,21 +284,25 @@ def check_gguf(c, a, case, runp, gg, lines, samples, work):
                 + ("" if out == s["tokens"] else f"\n  llama.cpp {out}\n  lmforge   {s['tokens']}"))
 
 
-def perturb_gguf(src, dst):
-    """The llama3-ext GGUF with tokenizer.ggml.pre "gpt-4o" (llama.cpp's own, which drops \\p{M}
-    from words): written with gguf-py, everything else copied."""
+def perturb_gguf(case, src, dst):
+    """A broken copy of a good GGUF (gguf-py, everything else as it is), which the checks must
+    catch: llama3: no rope_freqs.weight (plain rope); qwen2: q/k/v biases zeroed; llama3-ext:
+    tokenizer.ggml.pre "gpt-4o" (llama.cpp's own, which drops \\p{M} from words)."""
     import gguf
+    import numpy as np
     r = gguf.GGUFReader(src)
     w = gguf.GGUFWriter(dst, r.fields["general.architecture"].contents())
     for name, f in r.fields.items():
         if name.startswith("GGUF.") or name == "general.architecture":
             continue
-        val = "gpt-4o" if name == "tokenizer.ggml.pre" else f.contents()
+        val = "gpt-4o" if name == "tokenizer.ggml.pre" and case == "llama3-ext" else f.contents()
         vtype = f.types[0]
-        sub = f.types[-1] if vtype == gguf.GGUFValueType.ARRAY else None
-        w.add_key_value(name, val, vtype, sub_type=sub)
+        w.add_key_value(name, val, vtype, sub_type=f.types[-1] if vtype == gguf.GGUFValueType.ARRAY else None)
     for t in r.tensors:
-        w.add_tensor(t.name, t.data, raw_shape=list(reversed([int(x) for x in t.shape])), raw_dtype=t.tensor_type)
+        if case == "llama3" and t.name == "rope_freqs.weight":
+            continue
+        data = np.zeros_like(t.data) if case == "qwen2" and t.name.endswith(".bias") else t.data
+        w.add_tensor(t.name, data, raw_shape=list(reversed([int(x) for x in t.shape])), raw_dtype=t.tensor_type)
     w.write_header_to_file()
     w.write_kv_data_to_file()
     w.write_tensors_to_file()
@@ -315,9 +336,9 @@ def run_case(c, a, case, lines):
     if r.returncode != 0:
         c.check(False, f"{case} gguf: export failed: {r.stderr.strip()[-1500:]}")
         return
-    if a.perturb and case == "llama3-ext":
+    if a.perturb and case in ("llama3", "qwen2", "llama3-ext"):
         bad = os.path.join(work, "perturbed.gguf")
-        perturb_gguf(gg, bad)
+        perturb_gguf(case, gg, bad)
         gg = bad
     check_gguf(c, a, case, runp, gg, lines, samples, work)
 
