@@ -25,8 +25,8 @@ void add_export(CLI::App& app, Registry& reg) {
   // Hidden: the negative control of tests/gguf/gguf_check.sh (llama.cpp must then disagree).
   sub->add_flag("--gguf-skip-rope-permutation", skip_rope_permutation)->group("");
   sub->add_option("--gguf-tokenizer", gguf_tokenizer,
-                  "llama.cpp tokenizer: t5 (Unigram, matches lmforge's), llama (SentencePiece-BPE merges); "
-                  "auto: t5 for unigram spm models")
+                  "llama.cpp tokenizer of SentencePiece runs: t5 (Unigram, matches lmforge's), llama "
+                  "(SentencePiece-BPE merges); auto: t5 for unigram spm models (an imported byte-level BPE is gpt2)")
       ->check(CLI::IsMember({"auto", "llama", "t5"}))->capture_default_str();
   sub->add_option("--step", o.step, "checkpoint step (default: latest)");
   sub->add_option("--dtype", o.dtype, "bf16 or fp32 weights (fp32: scores equal lmeval's on the run; bf16 differ by "
@@ -40,7 +40,9 @@ void add_export(CLI::App& app, Registry& reg) {
       "  lmtrain export --run runs/demo --out hf/demo\n"
       "  lmtrain export --run runs/demo --step 400 --out hf/demo-400 --dtype fp32\n"
       "  lmtrain export --run runs/demo --format gguf --gguf-type q8_0 --out demo.q8_0.gguf\n"
-      "Load with: LlamaForCausalLM.from_pretrained('hf/demo'), or llama-cli -m demo.q8_0.gguf (docs/export.md).");
+      "  lmtrain export --run runs/cpt-1b --format gguf --out cpt-1b.f16.gguf   (a run of fit --init-from HF_DIR:\n"
+      "      the checkpoint's architecture and its own tokenizer, extended or not; docs/continued-pretraining.md)\n"
+      "Load with: AutoModelForCausalLM.from_pretrained('hf/demo'), or llama-cli -m demo.q8_0.gguf (docs/export.md).");
   add_global_flags(sub);
   reg.push_back({sub, [] {
                    if (format == "gguf") {

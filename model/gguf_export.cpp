@@ -1,5 +1,6 @@
 #include "model/gguf_export.h"
 
+#include <cmath>
 #include <cstring>
 #include <filesystem>
 #include <regex>
@@ -7,8 +8,10 @@
 #include "absl/strings/str_cat.h"
 #include "core/config.h"
 #include "core/file.h"
-#include "model/safetensors.h"
+#include "core/run_folder.h"
 #include "model/checkpoint_reader.h"
+#include "model/gguf_bpe.h"
+#include "model/safetensors.h"
 
 namespace lm::model {
 namespace fs = std::filesystem;
@@ -141,23 +144,29 @@ absl::StatusOr<model::GgmlType> weight_type(const std::string& type) {
   return absl::InvalidArgumentError("--gguf-type: expected f32, f16 or q8_0, got '" + type + "'");
 }
 
+// general.* and <arch>.* as convert_hf_to_gguf.py writes them (LlamaModel / Qwen2Model).
 void add_model_metadata(model::GgufWriter& w, const model::ModelConfig& c, const std::string& name,
                         const std::string& type) {
-  w.add_string("general.architecture", "llama");
+  const std::string& a = c.architecture;  // "llama" or "qwen2": llama.cpp's names too
+  w.add_string("general.architecture", a);
   w.add_string("general.name", name);
   w.add_u32("general.file_type", gguf_file_type(type));
   w.add_u32("general.quantization_version", 2);  // GGML_QNT_VERSION, as the converter writes
   w.add_u32("general.alignment", static_cast<uint32_t>(model::kGgufAlignment));
-  w.add_u32("llama.vocab_size", static_cast<uint32_t>(c.vocab_size));
-  w.add_u32("llama.context_length", static_cast<uint32_t>(c.max_seq_len));
-  w.add_u32("llama.embedding_length", static_cast<uint32_t>(c.d_model));
-  w.add_u32("llama.block_count", static_cast<uint32_t>(c.n_layers));
-  w.add_u32("llama.feed_forward_length", static_cast<uint32_t>(c.d_ff));
-  w.add_u32("llama.rope.dimension_count", static_cast<uint32_t>(c.head_dim()));
-  w.add_u32("llama.attention.head_count", static_cast<uint32_t>(c.n_heads));
-  w.add_u32("llama.attention.head_count_kv", static_cast<uint32_t>(c.n_kv_heads));
-  w.add_f32("llama.rope.freq_base", static_cast<float>(c.rope_theta));
-  w.add_f32("llama.attention.layer_norm_rms_epsilon", static_cast<float>(c.norm_eps));
+  w.add_u32(a + ".vocab_size", static_cast<uint32_t>(c.vocab_size));
+  w.add_u32(a + ".context_length", static_cast<uint32_t>(c.max_seq_len));
+  w.add_u32(a + ".embedding_length", static_cast<uint32_t>(c.d_model));
+  w.add_u32(a + ".block_count", static_cast<uint32_t>(c.n_layers));
+  w.add_u32(a + ".feed_forward_length", static_cast<uint32_t>(c.d_ff));
+  w.add_u32(a + ".rope.dimension_count", static_cast<uint32_t>(c.head_dim()));
+  w.add_u32(a + ".attention.head_count", static_cast<uint32_t>(c.n_heads));
+  w.add_u32(a + ".attention.head_count_kv", static_cast<uint32_t>(c.n_kv_heads));
+  if (c.head_dim_override > 0) {  // head_dim != d_model / n_heads (Llama 3.2 3B): llama.cpp reads it here
+    w.add_u32(a + ".attention.key_length", static_cast<uint32_t>(c.head_dim()));
+    w.add_u32(a + ".attention.value_length", static_cast<uint32_t>(c.head_dim()));
+  }
+  w.add_f32(a + ".rope.freq_base", static_cast<float>(c.rope_theta));
+  w.add_f32(a + ".attention.layer_norm_rms_epsilon", static_cast<float>(c.norm_eps));
 }
 
 void add_tokenizer_metadata(model::GgufWriter& w, const SpmVocab& v, const SpecialTokens& sp, const std::string& model) {
@@ -229,11 +238,12 @@ std::string gguf_tensor_name(const std::string& n) {
       {"post_attention_layernorm", "ffn_norm"}, {"mlp.gate_proj", "ffn_gate"}, {"mlp.up_proj", "ffn_up"},
       {"mlp.down_proj", "ffn_down"},
   };
-  static const std::regex kLayerName(R"(model\.layers\.(\d+)\.(.+)\.weight)");
+  // Qwen2's q/k/v biases: blk.N.attn_q.bias (llama.cpp's LLM_TENSOR_ATTN_Q + ".bias").
+  static const std::regex kLayerName(R"(model\.layers\.(\d+)\.(.+)\.(weight|bias))");
   std::smatch m;
   if (!std::regex_match(n, m, kLayerName)) return "";
   for (auto& [from, to] : kLayer)
-    if (m[2] == from) return absl::StrCat("blk.", m[1].str(), ".", to, ".weight");
+    if (m[2] == from) return absl::StrCat("blk.", m[1].str(), ".", to, ".", m[3].str());
   return "";
 }
 
@@ -250,39 +260,83 @@ uint32_t gguf_file_type(const std::string& type) {
   return 0;
 }
 
-absl::StatusOr<ExportResult> export_gguf(const GgufExportOptions& opt) {
-  if (opt.run_dir.empty() || opt.out.empty()) return absl::InvalidArgumentError("export needs --run and --out");
-  LM_ASSIGN_OR_RETURN(model::GgmlType wtype, weight_type(opt.type));
-  const fs::path run(opt.run_dir);
-  LM_RETURN_IF_ERROR(check_export_target(opt.out, /*folder=*/false, opt.force));
-  LM_ASSIGN_OR_RETURN(TrainedModel tm, load_trained_model(opt.run_dir, opt.step));
-  const model::ModelConfig& mc = tm.config;
-  const std::string& ckpt = tm.checkpoint;
-  const Json& trainer = tm.trainer;
-  model::Transformer& model = tm.model;
-  if (mc.architecture != "llama" || mc.rope_scaling.type != "default" || mc.head_dim_override > 0)
-    return absl::UnimplementedError(absl::StrCat(
-        opt.run_dir, ": model.architecture \"", mc.architecture, "\", rope_scaling.type \"", mc.rope_scaling.type,
-        "\", head_dim ", mc.head_dim(), ": the GGUF export writes plain Llama models only so far (export the HF folder instead)"));
+std::vector<float> llama3_rope_factors(const model::ModelConfig& c) {
+  // convert_hf_to_gguf.py, LlamaModel.generate_extra_tensors: llama.cpp divides each rotary
+  // frequency by its factor, which gives transformers' _compute_llama3_parameters.
+  const auto& r = c.rope_scaling;
+  const int64_t dim = c.head_dim();
+  const double low_wavelen = r.original_max_position_embeddings / r.low_freq_factor;
+  const double high_wavelen = r.original_max_position_embeddings / r.high_freq_factor;
+  std::vector<float> out;
+  for (int64_t i = 0; i < dim; i += 2) {
+    const float freq = 1.0f / std::pow(static_cast<float>(c.rope_theta), static_cast<float>(i) / static_cast<float>(dim));
+    const double wavelen = 2 * M_PI / freq;
+    if (wavelen < high_wavelen) {
+      out.push_back(1.0f);
+    } else if (wavelen > low_wavelen) {
+      out.push_back(static_cast<float>(r.factor));
+    } else {
+      const double smooth = (r.original_max_position_embeddings / wavelen - r.low_freq_factor) /
+                            (r.high_freq_factor - r.low_freq_factor);
+      out.push_back(static_cast<float>(1 / ((1 - smooth) / r.factor + smooth)));
+    }
+  }
+  return out;
+}
 
-  const fs::path spm = run / "tokenizer" / "spm.model";
-  if (!fs::exists(spm))
-    return absl::NotFoundError(spm.string() + ": the run has no tokenizer copy (re-run 'lmtrain fit', which copies it)");
-  LM_ASSIGN_OR_RETURN(std::string spm_bytes, read_file(spm.string()));
-  LM_ASSIGN_OR_RETURN(SpmVocab vocab, read_spm_vocab(spm_bytes, spm.string()));
+namespace {
+
+// What no llama.cpp graph computes as lmforge does is refused, naming the field.
+absl::Status check_gguf_model(const model::ModelConfig& mc, const std::string& run_dir) {
+  auto refuse = [&](const std::string& what) {
+    return absl::UnimplementedError(absl::StrCat(run_dir, "/config.json: ", what,
+                                                 ": the GGUF export cannot write it (export --format hf instead)"));
+  };
+  if (mc.architecture != "llama" && mc.architecture != "qwen2")
+    return refuse("model.architecture \"" + mc.architecture + "\" (llama and qwen2 are written)");
+  if (mc.rope_scaling.type != "default" && !(mc.rope_scaling.type == "llama3" && mc.architecture == "llama"))
+    return refuse("model.rope_scaling.type \"" + mc.rope_scaling.type + "\" with architecture " + mc.architecture +
+                  " (llama3 scaling is written for llama: rope_freqs.weight)");
+  if (mc.attention_bias && mc.architecture != "qwen2")
+    return refuse("model.attention_bias true with architecture llama (llama.cpp's llama has no q/k/v biases)");
+  return absl::OkStatus();
+}
+
+// The run's tokenizer (tokenizer/tokenizer.json names its model file): lmforge's spm.model or an
+// imported Llama 2 tokenizer.model as SentencePiece, an imported hf-tokenizer.json as byte-level BPE.
+absl::Status add_run_tokenizer(model::GgufWriter& w, const GgufExportOptions& opt, const model::ModelConfig& mc) {
+  const fs::path tok_dir = RunFolder(opt.run_dir).tokenizer();
+  LM_ASSIGN_OR_RETURN(SpecialTokens sp, read_special_tokens((tok_dir / "tokenizer.json").string()));
+  const auto model_file = RunFolder::tokenizer_model_file(tok_dir.string());
+  const fs::path file = tok_dir / (model_file.ok() ? *model_file : std::string("spm.model"));
+  if (!fs::exists(file))
+    return absl::NotFoundError(file.string() + ": the run has no tokenizer copy (re-run 'lmtrain fit', which copies it)");
+  LM_ASSIGN_OR_RETURN(std::string bytes, read_file(file.string()));
+  if (file.filename() == "hf-tokenizer.json") {
+    LM_ASSIGN_OR_RETURN(BpeVocab v, read_bpe_vocab(bytes, mc.vocab_size, file.string()));
+    LM_ASSIGN_OR_RETURN(std::string pre, llama_cpp_pre(v.pattern, v.ignore_merges, file.string()));
+    add_bpe_tokenizer_metadata(w, v, pre, sp);
+    return absl::OkStatus();
+  }
+  LM_ASSIGN_OR_RETURN(SpmVocab vocab, read_spm_vocab(bytes, file.string()));
   if (static_cast<int64_t>(vocab.pieces.size()) != mc.vocab_size)
     return absl::FailedPreconditionError(absl::StrCat(
-        spm.string(), ": ", vocab.pieces.size(), " pieces but the model has vocab_size ", mc.vocab_size,
-        " in ", (run / "config.json").string(), " (the run's tokenizer copy does not belong to this model)"));
-  LM_ASSIGN_OR_RETURN(SpecialTokens sp, read_special_tokens((run / "tokenizer" / "tokenizer.json").string()));
-
-  model::GgufWriter w;
-  add_model_metadata(w, mc, run.filename().string(), opt.type);
+        file.string(), ": ", vocab.pieces.size(), " pieces but the model has vocab_size ", mc.vocab_size, " in ",
+        (fs::path(opt.run_dir) / "config.json").string(), " (the run's tokenizer copy does not belong to this model)"));
   std::string tok_model = opt.tokenizer_model;
   if (tok_model == "auto") tok_model = vocab.model_type == 1 ? "t5" : "llama";
   if (tok_model != "t5" && tok_model != "llama")
     return absl::InvalidArgumentError("--gguf-tokenizer: expected auto, llama or t5, got '" + tok_model + "'");
   add_tokenizer_metadata(w, vocab, sp, tok_model);
+  return absl::OkStatus();
+}
+
+// The model's tensors under llama.cpp's names; llama's q/k rows permuted to its interleaved rotary
+// (Qwen2's graph rotates halves as lmforge does: LLAMA_ROPE_TYPE_NEOX), llama3 scaling's factors
+// as rope_freqs.weight. Returns the parameter count.
+absl::StatusOr<int64_t> add_model_tensors(model::GgufWriter& w, model::Transformer& model, const model::ModelConfig& mc,
+                                          const GgufExportOptions& opt, const std::string& ckpt, model::GgmlType wtype) {
+  const bool permute = mc.architecture == "llama" && !opt.skip_rope_permutation;
   int64_t params = 0;
   for (auto& [name, t] : model::module_state(*model)) {
     const std::string gname = gguf_tensor_name(name);
@@ -290,20 +344,41 @@ absl::StatusOr<ExportResult> export_gguf(const GgufExportOptions& opt) {
       return absl::InternalError(absl::StrCat(ckpt, ": tensor ", name, " has no GGUF name (update gguf_tensor_name)"));
     params += t.numel();
     torch::Tensor x = t.detach();
-    if (!opt.skip_rope_permutation && name.find("self_attn.q_proj") != std::string::npos) x = permute_rope_rows(x, mc.n_heads);
-    if (!opt.skip_rope_permutation && name.find("self_attn.k_proj") != std::string::npos) x = permute_rope_rows(x, mc.n_kv_heads);
-    // Norm weights stay f32 (convert_hf_to_gguf.py does the same; they are tiny and ggml adds them in f32).
+    if (permute && name.find("self_attn.q_proj") != std::string::npos) x = permute_rope_rows(x, mc.n_heads);
+    if (permute && name.find("self_attn.k_proj") != std::string::npos) x = permute_rope_rows(x, mc.n_kv_heads);
+    // Norm weights and biases stay f32 (convert_hf_to_gguf.py does the same; tiny, added in f32).
     const model::GgmlType type = x.dim() == 1 ? model::GgmlType::kF32 : wtype;
     LM_RETURN_IF_ERROR(annotate(w.add_tensor(gname, x, type), opt.out));
   }
+  if (mc.rope_scaling.type == "llama3") {
+    const std::vector<float> f = llama3_rope_factors(mc);
+    LM_RETURN_IF_ERROR(annotate(w.add_tensor("rope_freqs.weight", torch::tensor(f), model::GgmlType::kF32), opt.out));
+  }
+  return params;
+}
+
+}  // namespace
+
+absl::StatusOr<ExportResult> export_gguf(const GgufExportOptions& opt) {
+  if (opt.run_dir.empty() || opt.out.empty()) return absl::InvalidArgumentError("export needs --run and --out");
+  LM_ASSIGN_OR_RETURN(model::GgmlType wtype, weight_type(opt.type));
+  const fs::path run(opt.run_dir);
+  LM_RETURN_IF_ERROR(check_export_target(opt.out, /*folder=*/false, opt.force));
+  LM_ASSIGN_OR_RETURN(TrainedModel tm, load_trained_model(opt.run_dir, opt.step));
+  const model::ModelConfig& mc = tm.config;
+  LM_RETURN_IF_ERROR(check_gguf_model(mc, opt.run_dir));
+  model::GgufWriter w;
+  add_model_metadata(w, mc, run.filename().string(), opt.type);
+  LM_RETURN_IF_ERROR(add_run_tokenizer(w, opt, mc));
+  LM_ASSIGN_OR_RETURN(const int64_t params, add_model_tensors(w, tm.model, mc, opt, tm.checkpoint, wtype));
   std::error_code ec;
   if (fs::path(opt.out).has_parent_path()) fs::create_directories(fs::path(opt.out).parent_path(), ec);
   if (ec) return absl::InternalError(absl::StrCat(opt.out, ": cannot create its folder: ", ec.message()));
   LM_RETURN_IF_ERROR(w.write(opt.out));
   ExportResult r;
   r.out = opt.out;
-  r.checkpoint = ckpt;
-  r.step = trainer["step"].get<int64_t>();
+  r.checkpoint = tm.checkpoint;
+  r.step = tm.trainer["step"].get<int64_t>();
   r.params = params;
   r.bytes = static_cast<int64_t>(fs::file_size(opt.out, ec));
   return r;

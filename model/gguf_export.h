@@ -1,6 +1,13 @@
 // `lmtrain export --format gguf`: a run's checkpoint as one GGUF file that llama.cpp loads
 // (llama-cli -m model.gguf, llama-cpp-python). Written from C++ by model/gguf.h; no Python.
 //
+// Runs imported from an HF checkpoint (fit --init-from) too: architecture "llama" with GQA, tied
+// embeddings, an explicit head_dim (attention.key_length/value_length) and llama3 rope scaling (a
+// rope_freqs.weight tensor of per-frequency factors, as convert_hf_to_gguf.py writes it), or "qwen2"
+// (q/k/v biases, no q/k permutation: llama.cpp's qwen2 graph rotates halves like lmforge); their
+// byte-level BPE tokenizer as llama.cpp's "gpt2" tokenizer (model/gguf_bpe.h), Llama 2's
+// tokenizer.model as SentencePiece ("llama"). Anything else is refused naming the field.
+//
 // Architecture "llama": tensor names token_embd, blk.N.{attn_norm, attn_q, attn_k, attn_v,
 // attn_output, ffn_norm, ffn_gate, ffn_up, ffn_down}, output_norm, output (absent when tied:
 // llama.cpp then reuses token_embd). llama.cpp's llama graph rotates interleaved pairs (2i, 2i+1)
@@ -56,6 +63,10 @@ std::string gguf_tensor_name(const std::string& lmforge_name);
 // Rows of a q_proj/k_proj weight [n_head * D, in] from rotate_half order (i, i + D/2) to the
 // interleaved order (2i, 2i+1) of llama.cpp's ROPE_TYPE_NORM (convert_hf_to_gguf.py, permute()).
 torch::Tensor permute_rope_rows(const torch::Tensor& w, int64_t n_head);
+
+// rope_freqs.weight of llama3 rope scaling: one factor per rotary frequency (head_dim / 2), by
+// which llama.cpp divides it (convert_hf_to_gguf.py, LlamaModel.generate_extra_tensors).
+std::vector<float> llama3_rope_factors(const ModelConfig& c);
 
 // llama.cpp's general.file_type (LLAMA_FTYPE_ALL_F32 0, MOSTLY_F16 1, MOSTLY_Q8_0 7).
 uint32_t gguf_file_type(const std::string& type);

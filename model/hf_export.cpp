@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <filesystem>
 #include <functional>
+#include <optional>
+#include <tuple>
 #include <sstream>
 
 #include "absl/strings/str_format.h"
@@ -12,6 +14,7 @@
 #include "core/run_folder.h"
 #include "model/safetensors.h"
 #include "model/checkpoint_reader.h"
+#include "model/gguf_bpe.h"
 #include "model/hf_tokenizer.h"
 
 namespace lm::model {
@@ -147,9 +150,11 @@ Json hf_config_json(const model::ModelConfig& c, const SpecialTokens& sp, const 
   }
   j["vocab_size"] = c.vocab_size;
   j["tie_word_embeddings"] = c.tie_embeddings;
-  j["bos_token_id"] = sp.bos_id;
-  j["eos_token_id"] = sp.eos_id;
-  j["pad_token_id"] = sp.pad_id;
+  // -1: the tokenizer has no such token (an imported Qwen2 has no BOS, Llama 3 no PAD).
+  auto id_or_null = [](int64_t id) { return id >= 0 ? Json(id) : Json(nullptr); };
+  j["bos_token_id"] = id_or_null(sp.bos_id);
+  j["eos_token_id"] = id_or_null(sp.eos_id);
+  j["pad_token_id"] = id_or_null(sp.pad_id);
   j["torch_dtype"] = dtype == "bf16" ? "bfloat16" : "float32";
   j["hidden_act"] = "silu";
   if (!qwen2) j["attention_bias"] = false;  // Qwen2's q/k/v biases are implied by its architecture
@@ -191,9 +196,9 @@ std::string card_data(const Json& run_cfg) {
 
 std::string card_use(const ExportOptions& opt) {
   const std::string folder = fs::path(opt.out).lexically_normal().filename().string();
-  return "\n## Use\n\n```python\nfrom transformers import AutoTokenizer, LlamaForCausalLM\n"
+  return "\n## Use\n\n```python\nfrom transformers import AutoModelForCausalLM, AutoTokenizer\n"
          "path = \"" + folder + "\"  # this folder (its path on your machine), or its Hub id once uploaded\n"
-         "tok = AutoTokenizer.from_pretrained(path)\nmodel = LlamaForCausalLM.from_pretrained(path)\n"
+         "tok = AutoTokenizer.from_pretrained(path)\nmodel = AutoModelForCausalLM.from_pretrained(path)\n"
          "ids = tok(\"বাংলা ভাষা\", return_tensors=\"pt\").input_ids\n"
          "print(tok.decode(model.generate(ids, max_new_tokens=40)[0]))\n```\n";
 }
@@ -210,8 +215,12 @@ std::string model_card(const ExportOptions& opt, const Json& run_cfg, const mode
   const std::string& run_dir = opt.run_dir;
   std::string s = card_header(opt);
   const std::string name = fs::path(run_dir).lexically_normal().filename().string();
-  s += absl::StrFormat("# %s\n\nA Llama-architecture causal language model pretrained from scratch with "
-                       "lmforge (C++/LibTorch), exported at step %d.\n\n", name, step);
+  // An imported run's tokenizer is the checkpoint's (hf-tokenizer.json, tokenizer.model), not spm.model.
+  const auto tok_model = RunFolder::tokenizer_model_file(RunFolder(run_dir).tokenizer());
+  const bool imported = tok_model.ok() && *tok_model != "spm.model";
+  s += absl::StrFormat("# %s\n\nA %s causal language model %s with lmforge (C++/LibTorch), exported at step %d.\n\n",
+                       name, mc.architecture == "qwen2" ? "Qwen2-architecture" : "Llama-architecture",
+                       imported ? "continued from an imported Hugging Face checkpoint" : "pretrained from scratch", step);
   s += "## Model\n\n| field | value |\n|---|---|\n";
   s += absl::StrFormat("| preset | %s |\n| parameters | %s (%d) |\n| layers / d_model / heads / kv heads | %d / %d / %d / %d |\n"
                        "| d_ff (SwiGLU) | %d |\n| context | %d |\n| vocab | %d |\n| tied embeddings | %s |\n| dtype | %s |\n",
@@ -257,6 +266,57 @@ std::string model_card(const ExportOptions& opt, const Json& run_cfg, const mode
   return s;
 }
 
+// The special tokens as tokenizer_config.json / special_tokens_map.json name them; a token the
+// tokenizer does not have (Qwen2's BOS, Llama 3's PAD) is left out.
+Json special_tokens_json(const SpecialTokens& sp) {
+  Json j = Json::object();
+  for (auto [key, text, id] : {std::tuple{"bos_token", &sp.bos, sp.bos_id}, std::tuple{"eos_token", &sp.eos, sp.eos_id},
+                               std::tuple{"unk_token", &sp.unk, sp.unk_id}, std::tuple{"pad_token", &sp.pad, sp.pad_id}})
+    if (id >= 0 && !text->empty()) j[key] = *text;
+  return j;
+}
+
+// An imported checkpoint's HF tokenizer.json (hf-tokenizer.json in the run, extended or not) as it
+// is: its post-processor already frames a text as the run does (Llama 3: BOS first), which is what
+// 'tokenizer --import' read the framing from; the generic fast class loads it unchanged.
+absl::Status write_bpe_tokenizer(const fs::path& out, const std::string& bytes, const SpecialTokens& sp,
+                                 const model::ModelConfig& mc) {
+  LM_RETURN_IF_ERROR(write_file_atomic((out / "tokenizer.json").string(), bytes));
+  Json tc = special_tokens_json(sp);
+  tc.update({{"tokenizer_class", "PreTrainedTokenizerFast"}, {"model_max_length", mc.max_seq_len},
+             {"clean_up_tokenization_spaces", false}, {"padding_side", "right"}});
+  return write_json(out / "tokenizer_config.json", tc);
+}
+
+// lmforge's own spm.model (with a tokenizer.json that transformers loads as it is) or an imported
+// Llama 2 tokenizer.model, written as tokenizer.model.
+absl::Status write_spm_tokenizer(const fs::path& out, const std::string& spm_bytes, const std::string& where,
+                                 const SpecialTokens& sp, const model::ModelConfig& mc) {
+  LM_RETURN_IF_ERROR(write_file_atomic((out / "tokenizer.model").string(), spm_bytes));
+  // tokenizer.json: what AutoTokenizer loads in transformers 5 (tokenizers only). With it the class
+  // is the generic PreTrainedTokenizerFast, because LlamaTokenizer would rebuild a BPE model and
+  // ignore the file (model/hf_tokenizer.h). Without it (BPE or user-defined pieces) LlamaTokenizer.
+  std::string tok_class = "LlamaTokenizer";
+  if (auto tj = hf_tokenizer_json(spm_bytes, sp, where); tj.ok()) {
+    LM_RETURN_IF_ERROR(write_file_atomic((out / "tokenizer.json").string(), tj->dump()));
+    tok_class = "PreTrainedTokenizerFast";
+  } else {
+    log_warn("no tokenizer.json: %s; transformers will convert tokenizer.model itself (check its ids)",
+             std::string(tj.status().message()));
+  }
+  // add_bos_token is the tokenizer's framing (tokenizer.json "framing.bos"): with bos + text + eos
+  // a document starts with BOS in training, so the HF tokenizer adds it; with the old text + eos it
+  // does not. add_eos_token false: a prompt is the start of a document, not a whole one.
+  // legacy true: the SentencePiece-library classes (transformers 5's SentencePieceBackend, 4.x's
+  // slow LlamaTokenizer) then call plain sp.encode; legacy false re-encodes behind an "<unk>" and
+  // strips it, which drops the dummy-prefix piece on every line with this vocabulary (checked).
+  Json tc = special_tokens_json(sp);
+  tc.update({{"tokenizer_class", tok_class}, {"add_bos_token", sp.add_bos}, {"add_eos_token", false},
+             {"model_max_length", mc.max_seq_len}, {"clean_up_tokenization_spaces", false},
+             {"legacy", true}, {"sp_model_kwargs", Json::object()}, {"padding_side", "right"}});
+  return write_json(out / "tokenizer_config.json", tc);
+}
+
 }  // namespace
 
 std::string precision_note(const std::string& dtype) {
@@ -286,10 +346,19 @@ absl::StatusOr<ExportResult> export_hf(const ExportOptions& opt) {
   model::Transformer& model = tm.model;
 
   const fs::path tok_dir = run.tokenizer();
-  const fs::path spm = tok_dir / "spm.model";
-  if (!fs::exists(spm))
-    return absl::NotFoundError(spm.string() + ": the run has no tokenizer copy (re-run 'lmtrain fit', which copies it)");
   LM_ASSIGN_OR_RETURN(SpecialTokens sp, read_special_tokens((tok_dir / "tokenizer.json").string()));
+  const auto model_file = RunFolder::tokenizer_model_file(tok_dir.string());
+  const fs::path tok_file = tok_dir / (model_file.ok() ? *model_file : std::string("spm.model"));
+  if (!fs::exists(tok_file))
+    return absl::NotFoundError(tok_file.string() + ": the run has no tokenizer copy (re-run 'lmtrain fit', which copies it)");
+  LM_ASSIGN_OR_RETURN(const std::string tok_bytes, read_file(tok_file.string()));
+  // An imported checkpoint's byte-level BPE: its special tokens by their text, checked before writing.
+  std::optional<BpeVocab> bpe;
+  if (tok_file.filename() == "hf-tokenizer.json") {
+    LM_ASSIGN_OR_RETURN(bpe, read_bpe_vocab(tok_bytes, mc.vocab_size, tok_file.string()));
+    sp.bos = bpe_token_text(*bpe, sp.bos_id), sp.eos = bpe_token_text(*bpe, sp.eos_id);
+    sp.pad = bpe_token_text(*bpe, sp.pad_id), sp.unk = bpe_token_text(*bpe, sp.unk_id);
+  }
 
   std::error_code ec;
   fs::create_directories(out, ec);
@@ -303,38 +372,19 @@ absl::StatusOr<ExportResult> export_hf(const ExportOptions& opt) {
   const std::string st = (out / "model.safetensors").string();
   LM_RETURN_IF_ERROR(model::save_safetensors(st, tensors, {{"format", "pt"}}));
   LM_RETURN_IF_ERROR(write_json(out / "config.json", hf_config_json(mc, sp, opt.dtype)));
-  Json gen = {{"_from_model_config", true}, {"bos_token_id", sp.bos_id}, {"eos_token_id", sp.eos_id},
-              {"pad_token_id", sp.pad_id}, {"do_sample", false}, {"transformers_version", "4.40.0"}};
+  Json gen = {{"_from_model_config", true}, {"do_sample", false}, {"transformers_version", "4.40.0"}};
+  for (auto [key, id] : {std::pair{"bos_token_id", sp.bos_id}, {"eos_token_id", sp.eos_id}, {"pad_token_id", sp.pad_id}})
+    if (id >= 0) gen[key] = id;
   // No max_length: transformers 5 warns on every generate(max_new_tokens=...) when the file sets one
   // ("Both `max_new_tokens` and `max_length` seem to have been set"); the context is config.json's
   // max_position_embeddings.
   LM_RETURN_IF_ERROR(write_json(out / "generation_config.json", gen));
-  LM_ASSIGN_OR_RETURN(std::string spm_bytes, read_file(spm.string()));
-  LM_RETURN_IF_ERROR(write_file_atomic((out / "tokenizer.model").string(), spm_bytes));
-  // tokenizer.json: what AutoTokenizer loads in transformers 5 (tokenizers only). With it the class
-  // is the generic PreTrainedTokenizerFast, because LlamaTokenizer would rebuild a BPE model and
-  // ignore the file (model/hf_tokenizer.h). Without it (BPE or user-defined pieces) LlamaTokenizer.
-  std::string tok_class = "LlamaTokenizer";
-  if (auto tj = hf_tokenizer_json(spm_bytes, sp, spm.string()); tj.ok()) {
-    LM_RETURN_IF_ERROR(write_file_atomic((out / "tokenizer.json").string(), tj->dump()));
-    tok_class = "PreTrainedTokenizerFast";
+  if (bpe) {
+    LM_RETURN_IF_ERROR(write_bpe_tokenizer(out, tok_bytes, sp, mc));
   } else {
-    log_warn("no tokenizer.json: %s; transformers will convert tokenizer.model itself (check its ids)",
-             std::string(tj.status().message()));
+    LM_RETURN_IF_ERROR(write_spm_tokenizer(out, tok_bytes, tok_file.string(), sp, mc));
   }
-  // add_bos_token is the tokenizer's framing (tokenizer.json "framing.bos"): with bos + text + eos
-  // a document starts with BOS in training, so the HF tokenizer adds it; with the old text + eos it
-  // does not. add_eos_token false: a prompt is the start of a document, not a whole one.
-  // legacy true: the SentencePiece-library classes (transformers 5's SentencePieceBackend, 4.x's
-  // slow LlamaTokenizer) then call plain sp.encode; legacy false re-encodes behind an "<unk>" and
-  // strips it, which drops the dummy-prefix piece on every line with this vocabulary (checked).
-  Json tc = {{"tokenizer_class", tok_class}, {"add_bos_token", sp.add_bos}, {"add_eos_token", false},
-             {"bos_token", sp.bos}, {"eos_token", sp.eos}, {"unk_token", sp.unk}, {"pad_token", sp.pad},
-             {"model_max_length", mc.max_seq_len}, {"clean_up_tokenization_spaces", false},
-             {"legacy", true}, {"sp_model_kwargs", Json::object()}, {"padding_side", "right"}};
-  LM_RETURN_IF_ERROR(write_json(out / "tokenizer_config.json", tc));
-  Json stm = {{"bos_token", sp.bos}, {"eos_token", sp.eos}, {"unk_token", sp.unk}, {"pad_token", sp.pad}};
-  LM_RETURN_IF_ERROR(write_json(out / "special_tokens_map.json", stm));
+  LM_RETURN_IF_ERROR(write_json(out / "special_tokens_map.json", special_tokens_json(sp)));
   const int64_t step = trainer["step"].get<int64_t>();
   LM_RETURN_IF_ERROR(write_file_atomic((out / "README.md").string(),
                                        model_card(opt, run_cfg, mc, step, trainer)));
