@@ -25,8 +25,8 @@ void add_mc(CLI::App& app, Registry& reg) {
       ->required();
   sub->add_option("--limit", o.limit, "first N examples of each task (0 = all)")->capture_default_str();
   sub->add_option("--num-fewshot", o.num_fewshot,
-                  "k solved examples before each item, picked as lm-evaluation-harness does (the Bangla tasks with "
-                  "its first_n sampler: the first k of the few-shot split; docs/eval.md)")->capture_default_str();
+                  "k solved examples before each item of a Bangla task, picked as lm-evaluation-harness does (its "
+                  "first_n sampler or Random(1234).sample, per the task's YAML; docs/eval.md); English tasks: 0")->capture_default_str();
   sub->add_option("--prefix", o.prefix, "token before every context: bos (lm-evaluation-harness >= 0.4.10 on our export), eos, "
                   "none (harness <= 0.4.9.1); default: where a document starts in training, from the tokenizer's "
                   "framing (bos for bos + text + eos)");

@@ -1,6 +1,7 @@
 // lmeval mc as a library call: tasks loaded, every choice scored by the model (its twin and a
 // --compare model), metrics and paired tests, the result JSON and the per-example log.
 #include <algorithm>
+#include <chrono>
 #include <fstream>
 #include <map>
 #include <optional>
@@ -158,6 +159,15 @@ absl::StatusOr<TaskRun> score_mc_task(const Models& m, const McOptions& o, const
   return tr;
 }
 
+// The UTF-8 bytes of every request of a task (contexts and continuations): the measure of its work
+// for the overall ETA of mc (the forward passes grow with the tokens, the tokens with the bytes).
+double task_bytes(const McTask& task) {
+  double n = 0;
+  for (const auto& ex : task.examples)
+    for (size_t c = 0; c < ex.contexts.size(); ++c) n += ex.contexts[c].size() + ex.continuations[c].size();
+  return n;
+}
+
 // McNemar's test of the model against the --compare model on the examples both scored (an
 // example too long for one of them is left out of the pair).
 Json paired_compare(const TaskRun& tr, bool norm) {
@@ -171,8 +181,12 @@ Json paired_compare(const TaskRun& tr, bool norm) {
     a.push_back(norm ? tr.model.examples[i].correct_norm() : tr.model.examples[i].correct());
     b.push_back(it->second);
   }
-  // a = compare, b = model: diff = acc(compare) - acc(model), as compare_minus_model in nll.
-  return paired_to_json(mcnemar(b, a));
+  Json j = paired_to_json(mcnemar(a, b));  // a = the model, b = the --compare model
+  j["test"] = "exact McNemar (two-sided), acc of model vs the --compare model on the examples both scored";
+  j["compare_only_correct"] = j["twin_only_correct"];
+  j.erase("twin_only_correct");
+  j["acc_diff_rule"] = "acc(model) - acc(compare)";
+  return j;
 }
 
 // result["tasks"][name]: metrics, split, source; with --twin the twin's and McNemar's tests.
@@ -306,11 +320,20 @@ absl::StatusOr<Json> run_mc(const McOptions& given) {
     samples.open(o.log_samples, std::ios::binary | std::ios::trunc);
     if (!samples) return absl::InternalError("--log-samples: cannot write " + o.log_samples);
   }
-  for (const auto& task : tasks) {
+  // The overall ETA (issue 41): the work of a task is taken as the bytes of its requests' text.
+  double total_bytes = 0, done_bytes = 0;
+  for (const auto& task : tasks) total_bytes += task_bytes(task);
+  const auto t0 = std::chrono::steady_clock::now();
+  for (size_t i = 0; i < tasks.size(); ++i) {
+    const McTask& task = tasks[i];
     LM_ASSIGN_OR_RETURN(TaskRun tr, score_mc_task(m, o, task, encode, prefix, compare ? &*compare : nullptr));
     result["tasks"][task.name] = mc_task_json(o, task, tr);
     if (samples.is_open()) log_mc_samples(o, task, tr, samples);
-    log_info("%s: acc %.4f over %d examples", task.name, tr.model_metrics.acc.mean, tr.model_metrics.n);
+    done_bytes += task_bytes(task);
+    const double elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    log_info("%s: acc %.4f over %d examples; %s", task.name, tr.model_metrics.acc.mean, tr.model_metrics.n,
+             Progress::line(absl::StrCat("overall: ", i + 1, " of ", tasks.size(), " tasks, prompt bytes"), done_bytes,
+                            total_bytes, "B", 0, elapsed, i + 1 == tasks.size(), ""));
   }
   add_group_summary(result);
   if (samples.is_open()) {

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <filesystem>
 #include <functional>
+#include <map>
 #include <regex>
 
 #include "absl/strings/numbers.h"
@@ -10,6 +11,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "corpus/text_file.h"
+#include "eval/py_random.h"
 
 namespace lm::eval {
 namespace fs = std::filesystem;
@@ -38,7 +40,7 @@ const std::vector<BanglaSpec>& specs() {
       {"belebele_ben_Beng", "test", "test", true, "", false},
       {"global_mmlu_bn", "test", "dev", false, "", true},
       {"arc_bn", "test", "train", false, "", false},
-      {"hellaswag_bn", "val", "", false, "", false},
+      {"hellaswag_bn", "val", "val", false, "", false},  // no few-shot split: the harness draws from val
       {"m_mmlu_bn", "test", "train", true, "", true},
   };
   return s;
@@ -239,19 +241,53 @@ absl::Status render_split(const std::string& task, const std::string& path, std:
   return absl::OkStatus();
 }
 
-// The few-shot block of test document `i`: the first k of the few-shot split, the document itself
-// left out when that split is the test split (FirstNSampler with eval_doc, equality of the rows).
-std::string fewshot_block(const std::vector<Json>& pool_raw, const std::vector<BanglaDoc>& pool, const Json* self,
+std::string shot_text(const BanglaDoc& d) { return d.query + " " + d.choices[d.gold] + "\n\n"; }
+
+// The few-shot block of a test document with the first_n sampler: the first k of the few-shot
+// split, the document itself left out when that split is the test split (rm_eval_doc: row equality).
+std::string first_n_block(const std::vector<Json>& pool_raw, const std::vector<BanglaDoc>& pool, const Json* self,
                           int64_t k) {
   std::string out;
   int64_t used = 0;
   for (size_t j = 0; j < pool.size() && used < k; ++j) {
     if (self && pool_raw[j] == *self) continue;
-    out += pool[j].query + " " + pool[j].choices[pool[j].gold] + "\n\n";
+    out += shot_text(pool[j]);
     ++used;
   }
   return out;
 }
+
+// The harness's default sampler: Random(1234).sample(pool, k) per document in document order (one
+// generator per task: per category subtask for global_mmlu_bn, whose pool is its category's); from
+// the test split itself it samples k + 1 and drops the document (ContextSampler.sample).
+class RandomShots {
+ public:
+  RandomShots(const std::vector<Json>& pool_raw, const std::vector<BanglaDoc>& pool, bool by_category)
+      : pool_raw_(pool_raw), pool_(pool), by_category_(by_category) {}
+
+  std::string block(const Json& doc, const Json* self, int64_t k) {
+    const std::string cat = by_category_ ? doc.value("subject_category", std::string()) : "";
+    auto [it, fresh] = rngs_.try_emplace(cat, PyRandom(1234));
+    std::vector<size_t> members;
+    for (size_t j = 0; j < pool_.size(); ++j)
+      if (!by_category_ || pool_raw_[j].value("subject_category", std::string()) == cat) members.push_back(j);
+    const uint64_t want = std::min<uint64_t>(k + (self ? 1 : 0), members.size());
+    std::string out;
+    int64_t used = 0;
+    for (uint64_t idx : it->second.sample(members.size(), want)) {
+      if (used == k || (self && pool_raw_[members[idx]] == *self)) continue;
+      out += shot_text(pool_[members[idx]]);
+      ++used;
+    }
+    return out;
+  }
+
+ private:
+  const std::vector<Json>& pool_raw_;
+  const std::vector<BanglaDoc>& pool_;
+  bool by_category_;
+  std::map<std::string, PyRandom> rngs_;
+};
 
 McExample to_example(const std::string& context, const BanglaDoc& d, const Json& raw, size_t index) {
   McExample ex;
@@ -322,10 +358,6 @@ absl::StatusOr<McTask> load_bangla_task(const std::string& name, const std::stri
   t.source = dir + "/" + spec->test_split + ".jsonl";
   if (!fs::exists(t.source)) return not_found(name, t.source, "the harness's " + spec->test_split + " split");
   const int64_t k = std::max<int64_t>(num_fewshot, 0);
-  if (k > 0 && !spec->first_n)
-    return absl::InvalidArgumentError(absl::StrCat(
-        name, ": --num-fewshot ", k, ": the harness draws this task's examples with its random sampler (Python's "
-        "random.sample, seed 1234), which lmforge does not reproduce yet; score it zero-shot"));
   std::vector<Json> raw, pool_raw;
   std::vector<BanglaDoc> docs, pool;
   LM_RETURN_IF_ERROR(render_split(name, t.source, raw, docs));
@@ -338,13 +370,18 @@ absl::StatusOr<McTask> load_bangla_task(const std::string& name, const std::stri
   }
   const bool same_split = spec->fewshot_split == spec->test_split;
   const size_t n = limit > 0 ? std::min<size_t>(docs.size(), limit) : docs.size();
+  RandomShots random_shots(pool_raw, pool, name == "global_mmlu_bn");
   for (size_t i = 0; i < n; ++i) {
-    const std::string shots = k > 0 ? fewshot_block(pool_raw, pool, same_split ? &raw[i] : nullptr, k) : "";
+    const Json* self = same_split ? &raw[i] : nullptr;
+    const std::string shots = k == 0         ? ""
+                              : spec->first_n ? first_n_block(pool_raw, pool, self, k)
+                                              : random_shots.block(raw[i], self, k);
     t.examples.push_back(to_example(spec->description + shots + docs[i].query, docs[i], raw[i], i));
   }
-  t.split = absl::StrCat(spec->test_split, k > 0 ? absl::StrCat(", ", k, "-shot (first ", k, " of ",
-                                                                spec->fewshot_split, ")")
-                                                 : std::string(", 0-shot"));
+  t.split = absl::StrCat(spec->test_split, k == 0 ? std::string(", 0-shot")
+                                         : spec->first_n
+                                             ? absl::StrCat(", ", k, "-shot (first ", k, " of ", spec->fewshot_split, ")")
+                                             : absl::StrCat(", ", k, "-shot (Random(1234).sample of ", spec->fewshot_split, ")"));
   if (t.examples.empty()) return absl::InvalidArgumentError(absl::StrCat(t.source, ": no examples"));
   return t;
 }

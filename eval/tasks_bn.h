@@ -25,9 +25,10 @@ std::vector<std::string> bangla_task_names();
 bool is_bangla_task(const std::string& name);
 
 // Loads a Bangla task from DATA/<name>/; `limit` > 0 keeps the first `limit` test examples (the
-// few-shot pool is the whole few-shot split). `num_fewshot` < 0: the task's usual k (0 where it is
-// reported zero-shot). A k the harness draws with its random sampler (global_mmlu_bn, arc_bn,
-// hellaswag_bn) is refused: only first_n few-shot is reproduced.
+// few-shot pool is the whole few-shot split). `num_fewshot` k > 0: k examples as the harness picks
+// them: first_n (the first k of the few-shot split) or its default sampler (Python's
+// Random(1234).sample per document in order: global_mmlu_bn per category, arc_bn from train,
+// hellaswag_bn from val without the item itself; eval/py_random.h).
 absl::StatusOr<McTask> load_bangla_task(const std::string& name, const std::string& data_dir, int64_t limit,
                                         int64_t num_fewshot);
 

@@ -10,8 +10,9 @@ value) and so do the predictions (issue 41; docs/eval.md "Bangla").
   2. a tiny random Llama-3.2-shaped HF checkpoint with Llama 3's real vocabulary (tiny_hf.py);
   3. the harness: for every task a YAML that only `include`s the INSTALLED task YAML and points
      dataset_path at the local JSONL (nothing else of the task is restated), the `hf` model, fp32;
-  4. `lmeval mc --run HF_DIR` (the same folder) with --log-samples; 0-shot for every family and
-     --num-fewshot k for the first_n families (MMLU-style 5, others 2).
+  4. `lmeval mc --run HF_DIR` (the same folder) with --log-samples; 0-shot for every task and
+     --num-fewshot k (MMLU-style and belebele 5, others 2-3), with the harness's samplers: first_n,
+     and its default Random(1234).sample (global_mmlu_bn per category, arc_bn, hellaswag_bn).
 
 A family = one ctest (--family). global_mmlu_bn is the union of the harness's six category
 subtasks (its group, weighted by size). `--break swap` swaps piqa_bn's solutions in the harness's
@@ -54,8 +55,8 @@ SPLITS = {  # test split, few-shot split (as the YAMLs name them)
     "belebele_ben_Beng": ("test", None), "global_mmlu_bn": ("test", "dev"), "arc_bn": ("test", "train"),
     "hellaswag_bn": ("val", None), "m_mmlu_bn": ("test", "train"),
 }
-FEWSHOT = {"bangla_mmlu": 5, "m_mmlu_bn": 5, "belebele_ben_Beng": 5, "piqa_bn": 2, "boolqa_bn": 2,
-           "openbookqa_bn": 2, "bangla_commonsenseqa": 2}
+FEWSHOT = {"bangla_mmlu": 5, "m_mmlu_bn": 5, "belebele_ben_Beng": 5, "global_mmlu_bn": 5, "piqa_bn": 2,
+           "boolqa_bn": 2, "openbookqa_bn": 2, "bangla_commonsenseqa": 2, "arc_bn": 3, "hellaswag_bn": 3}
 
 
 class Words:
@@ -121,7 +122,7 @@ def write_fixtures(bench, tasks, n_test, broken):
         test, fs = SPLITS[t]
         fixtures[t] = {test: make_docs(t, w, n_test, test)}
         if fs:
-            fixtures[t][fs] = make_docs(t, w, 6, fs)
+            fixtures[t][fs] = make_docs(t, w, 36 if t == "global_mmlu_bn" else 6, fs)  # 6 per category
         for split, docs in fixtures[t].items():
             for root, swap in ((bench, False), (bench + "-harness", broken == "swap")):
                 os.makedirs(os.path.join(root, t), exist_ok=True)

@@ -10,7 +10,11 @@ start token (BOS when the tokenizer adds one, else EOS), fp32 forward, per-token
 
 Checked: each model's total nats within 0.1% of transformers' (and tokens equal); bits per raw text
 byte = nats / ln 2 / UTF-8 bytes of the lines, the same byte count for both models; compare - model
-as printed. `--break tokens` scores one token fewer on the transformers side (must go red).
+as printed. Then `lmeval mc --run LLAMA --compare QWEN` on fixture piqa_bn / bangla_mmlu items: the
+compare model's metrics equal `lmeval mc --run QWEN` alone, and McNemar's discordant counts equal
+those of the two runs' per-item predictions (the per-item equality of each model with the harness
+is bangla_harness_check.py's). `--break tokens` scores one token fewer on the transformers side
+(must go red).
 Exit 0 equal, 1 different, 77 skipped (no transformers / lm_eval or no vocabulary).
 """
 import argparse
@@ -70,6 +74,38 @@ def transformers_nll(hf_dir, lines, seq_len, drop_last=False):
     return total, tokens
 
 
+def check_mc_compare(lmeval, llama, qwen, work):
+    import bangla_harness_check as bhc
+    tasks = ["piqa_bn", "bangla_mmlu"]
+    bhc.write_fixtures(os.path.join(work, "bench"), tasks, 12, "")
+
+    def mc(run, extra, name):
+        out, samples = os.path.join(work, name + ".json"), os.path.join(work, name + ".jsonl")
+        subprocess.run([lmeval, "mc", "--run", run, "--data-dir", os.path.join(work, "bench"), "--tasks",
+                        ",".join(tasks), "--out", out, "--log-samples", samples, "-q"] + extra, check=True,
+                       stdout=subprocess.DEVNULL)
+        preds = {}
+        for line in open(samples, encoding="utf-8"):
+            s = json.loads(line)
+            preds.setdefault(s["task"], []).append(s["pred"] == s["gold"])
+        return json.load(open(out)), preds
+    both, mine = mc(llama, ["--compare", qwen], "mc_both")
+    alone, theirs = mc(qwen, [], "mc_qwen")
+    ok = both["compare"]["kind_of_folder"] == "hf"
+    for t in tasks:
+        tj = both["tasks"][t]
+        only_model = sum(a and not b for a, b in zip(mine[t], theirs[t]))
+        only_cmp = sum(b and not a for a, b in zip(mine[t], theirs[t]))
+        p = tj["paired_compare_acc"]
+        good = (tj["compare"]["acc"] == alone["tasks"][t]["acc"] and tj["compare"]["n"] == alone["tasks"][t]["n"]
+                and (p["model_only_correct"], p["compare_only_correct"]) == (only_model, only_cmp))
+        print(f"mc --compare {t}: model acc {tj['acc']:.4f}, compare acc {tj['compare']['acc']:.4f} (alone "
+              f"{alone['tasks'][t]['acc']:.4f}), only model / only compare right {p['model_only_correct']}/{p['compare_only_correct']}, p {p['p_value']:.3g} "
+              f"{'ok' if good else 'DIFFERENT'}")
+        ok = ok and good
+    return ok
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--lmeval", required=True)
@@ -101,6 +137,7 @@ def main():
               f"rel diff {rel:.2e}; {ours['nats_per_token']:.4f} nats/token, {ours['bits_per_text_byte']:.4f} "
               f"bits/byte (transformers {bpb:.4f}) {'ok' if good else 'DIFFERENT'}")
         ok = ok and good
+    ok = check_mc_compare(a.lmeval, llama, qwen, work) and ok
     d = lang["compare_minus_model"]["bits_per_text_byte"]
     want = lang["compare"]["bits_per_text_byte"] - lang["model"]["bits_per_text_byte"]
     ok = ok and abs(d - want) < 1e-9 and "twin" in lang and r["compare"]["kind_of_folder"] == "hf"

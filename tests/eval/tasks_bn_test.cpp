@@ -6,6 +6,7 @@
 #include <filesystem>
 #include <fstream>
 
+#include "eval/py_random.h"
 #include "eval/tasks.h"
 #include "eval/tasks_bn.h"
 
@@ -101,8 +102,23 @@ TEST(BanglaTasks, FewshotIsFirstNAndSkipsTheItemItself) {
   std::ofstream g(dir + "/global_mmlu_bn/test.jsonl");
   g << R"({"question":"q","option_a":"a","option_b":"b","option_c":"c","option_d":"d","answer":"A"})" << "\n";
   g.close();
-  EXPECT_EQ(load_task("global_mmlu_bn", dir, 0, 5).status().code(), absl::StatusCode::kInvalidArgument);  // random sampler
+  EXPECT_EQ(load_task("global_mmlu_bn", dir, 0, 5).status().code(), absl::StatusCode::kNotFound);  // no dev.jsonl
   fs::remove_all(dir);
+}
+
+// CPython 3.11: random.Random(1234): getrandbits(32) x 3 = 4150886329, 3342196574, 1892932127;
+// then sample(range(10), 3), sample(range(10), 3), sample(range(400), 5), sample(range(30), 7) on
+// one generator = [7,1,0] [1,0,9] [50,392,181,121,8] [0,25,29,11,20,19,15] (pool and set algorithms).
+TEST(PyRandom, EqualsCPython) {
+  PyRandom r(1234);
+  EXPECT_EQ(r.getrandbits(32), 4150886329u);
+  EXPECT_EQ(r.getrandbits(32), 3342196574u);
+  EXPECT_EQ(r.getrandbits(32), 1892932127u);
+  PyRandom s(1234);
+  EXPECT_EQ(s.sample(10, 3), (std::vector<uint64_t>{7, 1, 0}));
+  EXPECT_EQ(s.sample(10, 3), (std::vector<uint64_t>{1, 0, 9}));
+  EXPECT_EQ(s.sample(400, 5), (std::vector<uint64_t>{50, 392, 181, 121, 8}));
+  EXPECT_EQ(s.sample(30, 7), (std::vector<uint64_t>{0, 25, 29, 11, 20, 19, 15}));
 }
 
 }  // namespace
