@@ -18,11 +18,15 @@ void add_mc(CLI::App& app, Registry& reg) {
   auto* sub = app.add_subcommand("mc", "multiple-choice benchmarks: acc, acc_norm, acc_bytes, model vs twin");
   add_run_flags(sub, o.run);
   sub->add_option("--tasks", tasks,
-                  "comma separated: " + absl::StrJoin(eval::task_names(), ",") + ", benqa (= bn + en), all")
+                  "comma separated: " + absl::StrJoin(eval::task_names(), ",") + ", benqa (= bn + en), bangla (the Bangla "
+                  "group), all")
       ->capture_default_str();
   sub->add_option("--data-dir", o.data_dir, "folder with one sub-folder per task in the original formats (docs/eval.md)")
       ->required();
   sub->add_option("--limit", o.limit, "first N examples of each task (0 = all)")->capture_default_str();
+  sub->add_option("--num-fewshot", o.num_fewshot,
+                  "k solved examples before each item of a Bangla task, picked as lm-evaluation-harness does (its "
+                  "first_n sampler or Random(1234).sample, per the task's YAML; docs/eval.md); English tasks: 0")->capture_default_str();
   sub->add_option("--prefix", o.prefix, "token before every context: bos (lm-evaluation-harness >= 0.4.10 on our export), eos, "
                   "none (harness <= 0.4.9.1); default: where a document starts in training, from the tokenizer's "
                   "framing (bos for bos + text + eos)");
@@ -33,7 +37,9 @@ void add_mc(CLI::App& app, Registry& reg) {
   sub->footer(
       "Examples:\n"
       "  lmeval mc --run runs/demo --data-dir ../shared/data/bench --tasks all --twin\n"
-      "  lmeval mc --run runs/demo --data-dir bench/ --tasks copa,benqa --limit 100 --log-samples mc.jsonl");
+      "  lmeval mc --run runs/demo --data-dir bench/ --tasks copa,benqa --limit 100 --log-samples mc.jsonl\n"
+      "  lmeval mc --run runs/cpt --compare Llama-3.2-1B/ --data-dir bench/ --tasks piqa,arc_easy\n"
+      "  lmeval mc --run Llama-3.2-1B/ --data-dir bench/ --tasks bangla_mmlu,m_mmlu_bn --num-fewshot 5");
   add_global_flags(sub);
   reg.push_back({sub, [] {
                    o.tasks = absl::StrSplit(tasks, ',', absl::SkipEmpty());

@@ -9,9 +9,16 @@
 namespace lm::app {
 
 void add_run_flags(CLI::App* sub, eval::RunOptions& r) {
-  sub->add_option("--run", r.run, "run folder written by 'lmtrain fit'")->required();
+  sub->add_option("--run", r.run,
+                  "run folder written by 'lmtrain fit', or an HF checkpoint folder (Llama/Qwen2 config.json + "
+                  "safetensors + its tokenizer.json or tokenizer.model)")->required();
   sub->add_option("--step", r.step, "checkpoint step (default: the one 'latest' names)");
   sub->add_flag("--twin", r.twin, "also score the random-initialized twin (same config, same seed, untrained)");
+  sub->add_option("--seed", r.seed, "the twin's init seed for an HF folder (a run folder's twin uses its train.seed)")
+      ->capture_default_str();
+  sub->add_option("--compare", r.compare,
+                  "a second model (run or HF folder) scored on the same items with its own tokenizer: nll prints "
+                  "both and compare - model (bits/byte), mc McNemar's test against it");
   sub->add_option("--batch-size", r.batch_size, "sequences per forward pass")->capture_default_str();
   sub->add_option("--device", r.device, "auto (cuda when a CUDA device is visible, else cpu, as fit), cpu or cuda")
       ->capture_default_str();
@@ -41,7 +48,9 @@ void add_nll(CLI::App& app, Registry& reg) {
   sub->footer(
       "Examples:\n"
       "  lmeval nll --run runs/demo --data shards/ --lang bn,en --twin\n"
-      "  lmeval nll --run runs/demo --text heldout.txt --stride 64 --seq-len 256");
+      "  lmeval nll --run runs/demo --text heldout.txt --stride 64 --seq-len 256\n"
+      "  lmeval nll --run runs/cpt --compare Llama-3.2-1B/ --text bn_heldout.txt --docs harness   (base vs continued\n"
+      "      run, two tokenizers: compare bits_per_text_byte)");
   add_global_flags(sub);
   reg.push_back({sub, [] {
                    if (!langs.empty()) o.langs = absl::StrSplit(langs, ',', absl::SkipEmpty());

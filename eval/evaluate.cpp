@@ -1,7 +1,10 @@
 #include "eval/evaluate.h"
+#include "eval/eval_common.h"
 
+#include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <optional>
 #include <tuple>
 
 #include "absl/strings/str_cat.h"
@@ -21,16 +24,9 @@
 namespace lm::eval {
 namespace fs = std::filesystem;
 
-namespace {
+namespace internal {
 
-struct Models {
-  LoadedRun run;
-  model::Transformer twin{nullptr};
-  ScorerOptions scorer;
-  std::string device, device_why;  // resolved --device (cpu | cuda) and how it was chosen
-};
-
-absl::StatusOr<Models> load_models(const RunOptions& o) {
+absl::StatusOr<Models> load_models(const RunOptions& o, const std::string& folder) {
   Models m;
   LM_ASSIGN_OR_RETURN(m.device, resolve_device(o.device, torch::cuda::is_available(), &m.device_why));
   if (m.device == "cuda") m.scorer.device = torch::Device(torch::kCUDA);
@@ -42,14 +38,17 @@ absl::StatusOr<Models> load_models(const RunOptions& o) {
   if (o.batch_size < 1) return absl::InvalidArgumentError("--batch-size must be >= 1");
   m.scorer.bf16 = o.dtype == "bf16";
   m.scorer.batch_size = o.batch_size;
-  LM_ASSIGN_OR_RETURN(m.run, load_run(o.run, o.step));
-  if (o.twin) m.twin = make_twin(m.run.config, m.run.seed);
+  const bool primary = folder.empty();
+  LM_ASSIGN_OR_RETURN(m.run, primary ? load_model_folder(o.run, o.step, o.seed) : load_model_folder(folder, -1, o.seed));
+  if (o.twin && primary) m.twin = make_twin(m.run.config, m.run.seed);
   const auto dt = m.scorer.bf16 ? torch::kBFloat16 : torch::kFloat32;
   m.run.model->to(m.scorer.device, dt);
   if (m.twin) m.twin->to(m.scorer.device, dt);
-  choose_threads(o.threads, m.run.model, 128);
-  log_info("run %s: checkpoint step %d, %s, seed %d%s; device %s (%s), %s", o.run, m.run.step, m.run.config.preset,
-           m.run.seed, o.twin ? ", twin = init_weights(seed)" : "", m.device, m.device_why, o.dtype);
+  if (primary) choose_threads(o.threads, m.run.model, 128);
+  log_info("%s %s: %s, %s, seed %d%s; device %s (%s), %s", primary ? "model" : "compare", m.run.dir,
+           m.run.kind == "hf" ? std::string("HF checkpoint") : absl::StrCat("checkpoint step ", m.run.step),
+           m.run.config.preset.empty() ? m.run.config.architecture : m.run.config.preset, m.run.seed,
+           o.twin && primary ? ", twin = init_weights(seed)" : "", m.device, m.device_why, o.dtype);
   return m;
 }
 
@@ -89,6 +88,10 @@ absl::Status write_result(const RunOptions& o, const std::string& job, Json j, c
     log_info("wrote %s", o.out);
     return absl::OkStatus();
   }
+  if (j.value("kind_of_folder", std::string()) == "hf") {
+    log_info("%s is an HF checkpoint folder: nothing is written into it (pass --out FILE to keep the JSON)", o.run);
+    return absl::OkStatus();
+  }
   const RunFolder run(o.run);
   std::error_code ec;
   fs::create_directories(run.eval(), ec);
@@ -117,6 +120,7 @@ absl::Status write_result(const RunOptions& o, const std::string& job, Json j, c
 
 Json run_header(const Models& m, const RunOptions& o) {
   return Json{{"run", o.run},
+              {"kind_of_folder", m.run.kind},
               {"checkpoint", m.run.checkpoint},
               {"step", m.run.step},
               {"seed", m.run.seed},
@@ -125,12 +129,27 @@ Json run_header(const Models& m, const RunOptions& o) {
               {"device", m.device},
               {"device_rule", m.device_why},
               {"dtype", o.dtype},
-              {"twin", o.twin ? "Transformer(config) after init_weights(train.seed): the run's own initial weights"
-                              : "not scored (pass --twin)"}};
+              {"twin", !o.twin ? "not scored (pass --twin)"
+                       : m.run.kind == "hf"
+                           ? "Transformer(the checkpoint's config) after init_weights(--seed): a seeded random init"
+                           : "Transformer(config) after init_weights(train.seed): the run's own initial weights"}};
+}
+
+Json compare_header(const Models& c) {
+  return Json{{"folder", c.run.dir},
+              {"kind_of_folder", c.run.kind},
+              {"checkpoint", c.run.checkpoint},
+              {"step", c.run.step},
+              {"model", to_json(c.run.config)},
+              {"tokenizer_hash", c.run.tokenizer.hash()},
+              {"framing", c.run.tokenizer.framing().describe()}};
 }
 
 // Documents of a text file: one per non-empty line, each framed as prepare frames a document.
-TokenIds text_stream(const tokenizer::Tokenizer& tok, const std::string& text) {
+// `bytes` / `chars` (optional) receive the UTF-8 bytes and code points of those lines (the raw
+// text every tokenizer scores, CR and LF excluded).
+TokenIds text_stream(const tokenizer::Tokenizer& tok, const std::string& text, int64_t* bytes = nullptr,
+                     int64_t* chars = nullptr) {
   TokenIds stream;
   size_t pos = 0;
   while (pos < text.size()) {
@@ -141,13 +160,17 @@ TokenIds text_stream(const tokenizer::Tokenizer& tok, const std::string& text) {
     if (!line.empty()) {
       const TokenIds ids = tok.frame(tok.encode(line));
       stream.insert(stream.end(), ids.begin(), ids.end());
+      if (bytes) *bytes += static_cast<int64_t>(line.size());
+      if (chars) *chars += data::count_code_points(line);
     }
     pos = end + 1;
   }
   return stream;
 }
 
-}  // namespace
+}  // namespace internal
+
+using namespace internal;
 
 absl::StatusOr<std::string> resolve_device(const std::string& asked, bool cuda_available, std::string* why) {
   if (asked == "auto") {
@@ -209,6 +232,7 @@ struct LangWindows {
   std::string lang;
   std::vector<Window> windows;
   int64_t doc_bytes = 0, doc_chars = 0;
+  int64_t text_bytes = 0, text_chars = 0;  // --text scored whole: the raw text's UTF-8 bytes / code points
 };
 
 // Appends the windows of `stream` (at most `budget` scored tokens when > 0) and returns how many
@@ -239,8 +263,11 @@ absl::StatusOr<std::vector<LangWindows>> nll_windows(const NllOptions& o, const 
   std::vector<LangWindows> langs;
   if (!o.text.empty()) {
     LM_ASSIGN_OR_RETURN(std::string text, data::read_text_file(o.text));
-    langs.push_back({o.langs.empty() ? "text" : o.langs[0], {}, 0, 0});
-    add_windows(o, tok, seq_len, text_stream(tok, text), o.max_tokens, langs.back());
+    langs.push_back({o.langs.empty() ? "text" : o.langs[0], {}, 0, 0, 0, 0});
+    LangWindows& lw = langs.back();
+    const TokenIds stream = text_stream(tok, text, &lw.text_bytes, &lw.text_chars);
+    add_windows(o, tok, seq_len, stream, o.max_tokens, lw);
+    if (o.max_tokens > 0) lw.text_bytes = lw.text_chars = 0;  // only part of the text is scored
     return langs;
   }
   LM_ASSIGN_OR_RETURN(auto set, data::ShardSet::open(o.data));
@@ -250,7 +277,7 @@ absl::StatusOr<std::vector<LangWindows>> nll_windows(const NllOptions& o, const 
     if (readers.empty())
       return absl::NotFoundError(absl::StrCat(o.data, ": no validation shard for language '", lang, "' (has: ",
                                               absl::StrJoin(set.languages("val"), ","), ")"));
-    LangWindows lw{lang, {}, 0, 0};
+    LangWindows lw{lang, {}, 0, 0, 0, 0};
     int64_t budget = o.max_tokens;
     for (const auto& r : readers) {
       if (o.max_tokens > 0 && budget <= 0) break;
@@ -305,6 +332,10 @@ absl::Status score_language(const Models& m, const NllOptions& o, const LangWind
   count_text(model, windows, [&](const TokenIds& ids) { return m.run.tokenizer.decode(ids); });
   if (o.docs == "harness") model.bytes = lw.doc_bytes, model.chars = lw.doc_chars;
   Json lj = Json{{"model", nll_to_json(model)}};
+  if (lw.text_bytes > 0) {
+    lj["text_bytes"] = lw.text_bytes, lj["text_chars"] = lw.text_chars;
+    lj["model"]["bits_per_text_byte"] = model.sum_nats / std::log(2.0) / static_cast<double>(lw.text_bytes);
+  }
   if (o.run.twin) {
     LM_ASSIGN_OR_RETURN(NllStats twin, score_windows(windows, scorer_for(m.twin, m.scorer, "nll " + lw.lang + " twin"),
                                                      &per_twin));
@@ -328,6 +359,52 @@ absl::Status score_language(const Models& m, const NllOptions& o, const LangWind
   return absl::OkStatus();
 }
 
+// --compare: the second model's windows over the same text (or shards of its tokenizer), from its
+// own tokenizer; per language its figures beside the model's and compare - model. Over a --text
+// scored whole, bits_per_text_byte divides both by the same raw bytes: the comparison that holds
+// across tokenizers.
+absl::Status score_compare(const Models& c, const NllOptions& o, Json& result) {
+  LM_ASSIGN_OR_RETURN(const int64_t seq_len, nll_seq_len(o, c.run.config));
+  auto windows = nll_windows(o, c.run.tokenizer, seq_len);
+  if (!windows.ok())
+    return annotate(windows.status(), "--compare " + c.run.dir + " (two tokenizers: score raw text with --text)");
+  result["compare"] = compare_header(c);
+  result["compare"]["seq_len"] = seq_len;
+  for (const LangWindows& lw : *windows) {
+    if (lw.windows.empty()) return absl::InvalidArgumentError(absl::StrCat(lw.lang, ": fewer than 2 tokens to score"));
+    LM_ASSIGN_OR_RETURN(NllStats s, score_windows(lw.windows, scorer_for(c.run.model, c.scorer,
+                                                                         "nll " + lw.lang + " compare")));
+    count_text(s, lw.windows, [&](const TokenIds& ids) { return c.run.tokenizer.decode(ids); });
+    if (o.docs == "harness") s.bytes = lw.doc_bytes, s.chars = lw.doc_chars;
+    Json& lj = result["languages"][lw.lang];
+    Json cj = nll_to_json(s);
+    const Json& mj = lj["model"];
+    Json diff = {{"nats_per_token", s.nats_per_token() - mj.value("nats_per_token", 0.0)},
+                 {"bits_per_byte", s.bits_per_byte() - mj.value("bits_per_byte", 0.0)},
+                 {"bits_per_char", s.bits_per_char() - mj.value("bits_per_char", 0.0)}};
+    if (lw.text_bytes > 0) {
+      cj["bits_per_text_byte"] = s.sum_nats / std::log(2.0) / static_cast<double>(lw.text_bytes);
+      diff["bits_per_text_byte"] = cj["bits_per_text_byte"].get<double>() - mj.value("bits_per_text_byte", 0.0);
+    }
+    if (s.bytes != mj.value("bytes", int64_t{0}))
+      log_warn("%s: the two tokenizers decode the scored text to %d and %d bytes; compare bits_per_text_byte", lw.lang,
+               mj.value("bytes", int64_t{0}), s.bytes);
+    lj["compare"] = std::move(cj);
+    lj["compare_minus_model"] = std::move(diff);
+  }
+  return absl::OkStatus();
+}
+
+// The --compare model, refused before any scoring where it cannot score the same text.
+absl::StatusOr<Models> load_compare(const NllOptions& o, const Models& m) {
+  LM_ASSIGN_OR_RETURN(Models c, load_models(o.run, o.run.compare));
+  if (o.max_tokens > 0 && c.run.tokenizer.hash() != m.run.tokenizer.hash())
+    return absl::InvalidArgumentError(
+        "--max-tokens with --compare and two tokenizers: each would stop at a different point of the text; "
+        "drop --max-tokens (score a shorter --text file instead)");
+  return c;
+}
+
 }  // namespace
 
 absl::StatusOr<Json> run_nll(const NllOptions& o) {
@@ -338,236 +415,22 @@ absl::StatusOr<Json> run_nll(const NllOptions& o) {
   Json result = nll_result_header(m, o, seq_len);
   Json dump = Json{{"run", o.run.run}, {"checkpoint", m.run.checkpoint}, {"seq_len", seq_len},
                    {"languages", Json::object()}};
+  std::optional<Models> compare;
+  if (!o.run.compare.empty()) {
+    LM_ASSIGN_OR_RETURN(compare, load_compare(o, m));
+  }
   for (const auto& lw : langs) LM_RETURN_IF_ERROR(score_language(m, o, lw, result, dump));
+  if (compare) LM_RETURN_IF_ERROR(score_compare(*compare, o, result));
   if (!o.dump_tokens.empty()) {
     LM_RETURN_IF_ERROR(write_file_atomic(o.dump_tokens, dump.dump()));
     log_info("wrote per-token NLL of %d languages to %s", langs.size(), o.dump_tokens);
   }
-  const Json config = {{"source", result["source"]}, {"langs", o.langs}, {"seq_len", seq_len}, {"stride", o.stride},
+  Json config = {{"source", result["source"]}, {"langs", o.langs}, {"seq_len", seq_len}, {"stride", o.stride},
                        {"max_tokens", o.max_tokens}, {"docs", o.docs}, {"twin", o.run.twin}};
+  if (!o.run.compare.empty()) config["compare"] = o.run.compare;
   result["max_tokens"] = o.max_tokens;
   LM_RETURN_IF_ERROR(write_result(o.run, "nll", result, config,
                                   o.max_tokens > 0 ? absl::StrCat(o.max_tokens, "tok-", o.docs) : "all-" + o.docs));
-  return result;
-}
-
-std::vector<std::string> expand_tasks(const std::vector<std::string>& names) {
-  std::vector<std::string> out;
-  for (const auto& n : names) {
-    if (n == "all") {
-      for (const auto& t : task_names()) out.push_back(t);
-    } else if (n == "benqa") {
-      out.push_back("benqa_bn");
-      out.push_back("benqa_en");
-    } else if (!n.empty()) {
-      out.push_back(n);
-    }
-  }
-  return out;
-}
-
-namespace {
-
-// The --tasks names expanded and known, and --prefix checked.
-absl::StatusOr<std::vector<std::string>> mc_task_names(const McOptions& o) {
-  auto names = expand_tasks(o.tasks);
-  if (names.empty()) return absl::InvalidArgumentError("--tasks: no task named");
-  for (const auto& n : names) {
-    const auto known = task_names();
-    if (std::find(known.begin(), known.end(), n) == known.end())
-      return absl::InvalidArgumentError(absl::StrCat("--tasks: unknown task '", n, "' (known: ",
-                                                     absl::StrJoin(known, ","), ", benqa, all)"));
-  }
-  if (!o.prefix.empty() && o.prefix != "bos" && o.prefix != "eos" && o.prefix != "none")
-    return absl::InvalidArgumentError("--prefix: expected bos, eos or none, got '" + o.prefix + "'");
-  return names;
-}
-
-// Every task is loaded before scoring so a missing file is reported before minutes of work;
-// a task without data is skipped and listed in `missing`.
-absl::StatusOr<std::vector<McTask>> load_mc_tasks(const McOptions& o, const std::vector<std::string>& names,
-                                                  Json& missing) {
-  std::vector<McTask> tasks;
-  for (const auto& n : names) {
-    auto t = load_task(n, o.data_dir, o.limit);
-    if (t.ok()) {
-      tasks.push_back(std::move(*t));
-    } else if (t.status().code() == absl::StatusCode::kNotFound) {
-      log_warn("%s (skipped)", std::string(t.status().message()));
-      missing[n] = std::string(t.status().message());
-    } else {
-      return t.status();
-    }
-  }
-  if (tasks.empty()) return absl::NotFoundError(absl::StrCat("no task has data under ", o.data_dir, ": ", missing.dump()));
-  return tasks;
-}
-
-// `o.prefix` is resolved (never empty); `from_framing`: it was not given and came from the framing.
-Json mc_result_header(const Models& m, const McOptions& o, const Json& missing, bool from_framing) {
-  Json result = run_header(m, o.run);
-  result["kind"] = "mc";
-  result["data_dir"] = o.data_dir;
-  result["limit"] = o.limit;
-  result["prefix"] = o.prefix;
-  result["prefix_rule"] = prefix_rule(o.prefix);
-  result["framing"] = m.run.tokenizer.framing().describe();
-  result["prefix_from"] = from_framing ? "the tokenizer's framing (the default)" : "--prefix";
-  result["scoring"] =
-      "zero-shot, lm-evaluation-harness prompts; score = sum of continuation token log-probs with the harness's "
-      "_encode_pair; acc_norm divides by the choice's length in characters (delimiter excluded), acc_bytes by "
-      "its UTF-8 bytes; stderr = sample sd / sqrt(n)";
-  result["missing"] = missing;
-  result["tasks"] = Json::object();
-  return result;
-}
-
-// Scores of the model and, with --twin, of the twin on one task.
-struct TaskRun {
-  TaskScoring model, twin;
-  TaskMetrics model_metrics, twin_metrics;
-};
-
-// The expected accuracy of a random guess over the examples scored.
-double chance_of(const McTask& task, const std::vector<size_t>& kept) {
-  double sum = 0;
-  for (size_t i : kept) sum += 1.0 / std::max<size_t>(task.examples[i].contexts.size(), 1);
-  return kept.empty() ? 0.0 : sum / static_cast<double>(kept.size());
-}
-
-void warn_skipped(const McTask& task, const TaskScoring& sm, int64_t window) {
-  if (sm.skipped.empty()) return;
-  const SkippedExample& first = sm.skipped.front();
-  log_warn("%s: skipped %d of %d examples: a continuation is longer than the model's context of %d tokens (first: "
-           "example %s choice %d, %d tokens); scored the other %d (--strict stops instead)",
-           task.name, sm.skipped.size(), task.examples.size(), window, first.id, first.choice, first.continuation,
-           sm.examples.size());
-}
-
-absl::StatusOr<TaskRun> score_mc_task(const Models& m, const McOptions& o, const McTask& task, const Encoder& encode,
-                                      const TokenIds& prefix) {
-  const int64_t window = m.run.config.max_seq_len;
-  TaskRun tr;
-  LM_ASSIGN_OR_RETURN(tr.model, score_task(task, encode, scorer_for(m.run.model, m.scorer, task.name + " model"),
-                                           prefix, window, o.strict));
-  const TaskScoring& sm = tr.model;
-  warn_skipped(task, sm, window);
-  if (sm.truncated > 0)
-    log_warn("%s: %d of %d requests are longer than the model's context (%d + 1 tokens): their contexts are "
-             "cut from the left, as the harness does", task.name, sm.truncated, sm.requests.size(), window);
-  if (sm.boundary_mismatches > 0)
-    log_info("%s: %d of %d requests: encode(context) is not a prefix of encode(context + continuation); "
-             "scored as the harness does (docs/eval.md)", task.name, sm.boundary_mismatches, sm.requests.size());
-  tr.model_metrics = task_metrics(sm.examples, chance_of(task, sm.kept));
-  if (o.run.twin) {
-    LM_ASSIGN_OR_RETURN(tr.twin, score_task(task, encode, scorer_for(m.twin, m.scorer, task.name + " twin"), prefix,
-                                            window, o.strict));
-    tr.twin_metrics = task_metrics(tr.twin.examples, chance_of(task, tr.twin.kept));
-  }
-  return tr;
-}
-
-// result["tasks"][name]: metrics, split, source; with --twin the twin's and McNemar's tests.
-Json mc_task_json(const McOptions& o, const McTask& task, const TaskRun& tr) {
-  const TaskScoring& sm = tr.model;
-  Json tj = metrics_to_json(tr.model_metrics);
-  tj["split"] = task.split;
-  tj["source"] = task.source;
-  tj["boundary_mismatches"] = sm.boundary_mismatches;
-  tj["truncated"] = sm.truncated;
-  tj["skipped_too_long"] = static_cast<int64_t>(sm.skipped.size());
-  if (!sm.skipped.empty()) {
-    Json ids = Json::array();
-    for (const auto& k : sm.skipped) ids.push_back(k.id);
-    tj["skipped_ids"] = ids;
-    tj["skipped_rule"] = "a continuation longer than the model's context cannot be scored (the harness refuses it): "
-                         "the example is left out of n and of every metric; --strict stops instead";
-  }
-  if (!task.note.empty()) tj["note"] = task.note;
-  if (task.acc_only) {
-    for (const char* k : {"acc_norm", "acc_norm_stderr", "acc_bytes", "acc_bytes_stderr"}) tj.erase(k);
-    tj["metrics"] = "acc only, as the harness reports this task";
-  }
-  if (!o.run.twin) return tj;
-  const TaskScoring& st = tr.twin;
-  std::vector<bool> a, b, an, bn;
-  for (size_t i = 0; i < sm.examples.size(); ++i) {
-    a.push_back(sm.examples[i].correct());
-    b.push_back(st.examples[i].correct());
-    an.push_back(sm.examples[i].correct_norm());
-    bn.push_back(st.examples[i].correct_norm());
-  }
-  tj["twin"] = metrics_to_json(tr.twin_metrics);
-  tj["paired_acc"] = paired_to_json(mcnemar(a, b));
-  if (task.acc_only) {
-    for (const char* k : {"acc_norm", "acc_norm_stderr", "acc_bytes", "acc_bytes_stderr"}) tj["twin"].erase(k);
-  } else {
-    tj["paired_acc_norm"] = paired_to_json(mcnemar(an, bn));
-  }
-  return tj;
-}
-
-// One --log-samples line per example: contexts, continuations, log-probs, predictions.
-void log_mc_samples(const McOptions& o, const McTask& task, const TaskRun& tr, std::ofstream& samples) {
-  const TaskScoring& sm = tr.model;
-  const TaskScoring& st = tr.twin;
-  size_t k = 0;
-  for (size_t i = 0; i < sm.examples.size(); ++i) {
-    const auto& ex = task.examples[sm.kept[i]];
-    const auto& r = sm.examples[i];
-    Json choices = Json::array();
-    for (size_t c = 0; c < ex.contexts.size(); ++c, ++k) {
-      Json cj = Json{{"context", ex.contexts[c]},
-                     {"continuation", ex.continuations[c]},
-                     {"context_tokens", static_cast<int64_t>(sm.requests[k].context.size())},
-                     {"continuation_ids", sm.requests[k].continuation},
-                     {"logprob", r.choices[c].logprob},
-                     {"chars", r.choices[c].chars},
-                     {"bytes", r.choices[c].bytes}};
-      if (o.run.twin) cj["twin_logprob"] = st.examples[i].choices[c].logprob;
-      choices.push_back(std::move(cj));
-    }
-    Json line = Json{{"task", task.name}, {"id", ex.id}, {"gold", ex.gold}, {"pred", r.pred},
-                     {"pred_norm", r.pred_norm}, {"pred_bytes", r.pred_bytes}, {"choices", choices}};
-    if (o.run.twin)
-      line["twin_pred"] = st.examples[i].pred, line["twin_pred_norm"] = st.examples[i].pred_norm;
-    samples << line.dump() << "\n";
-  }
-}
-
-}  // namespace
-
-absl::StatusOr<Json> run_mc(const McOptions& given) {
-  LM_ASSIGN_OR_RETURN(const std::vector<std::string> names, mc_task_names(given));
-  Json missing = Json::object();
-  LM_ASSIGN_OR_RETURN(std::vector<McTask> tasks, load_mc_tasks(given, names, missing));
-  LM_ASSIGN_OR_RETURN(Models m, load_models(given.run));
-  const auto& tok = m.run.tokenizer;
-  McOptions o = given;
-  LM_ASSIGN_OR_RETURN(const ContextPrefix start, context_prefix(tok, given.prefix));
-  o.prefix = start.mode;
-  const TokenIds& prefix = start.ids;
-  Encoder encode = [&tok](std::string_view s) { return tok.encode(s); };
-  Json result = mc_result_header(m, o, missing, given.prefix.empty());
-  std::ofstream samples;
-  if (!o.log_samples.empty()) {
-    samples.open(o.log_samples, std::ios::binary | std::ios::trunc);
-    if (!samples) return absl::InternalError("--log-samples: cannot write " + o.log_samples);
-  }
-  for (const auto& task : tasks) {
-    LM_ASSIGN_OR_RETURN(TaskRun tr, score_mc_task(m, o, task, encode, prefix));
-    result["tasks"][task.name] = mc_task_json(o, task, tr);
-    if (samples.is_open()) log_mc_samples(o, task, tr, samples);
-    log_info("%s: acc %.4f over %d examples", task.name, tr.model_metrics.acc.mean, tr.model_metrics.n);
-  }
-  if (samples.is_open()) {
-    samples.close();
-    log_info("wrote per-example log to %s", o.log_samples);
-  }
-  const Json config = {{"data_dir", o.data_dir}, {"tasks", names}, {"limit", o.limit}, {"prefix", o.prefix},
-                       {"twin", o.run.twin}};
-  LM_RETURN_IF_ERROR(write_result(o.run, "mc", result, config,
-                                  absl::StrCat(o.limit > 0 ? absl::StrCat(o.limit) : std::string("all"), "-", o.prefix)));
   return result;
 }
 

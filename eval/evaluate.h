@@ -14,7 +14,7 @@
 namespace lm::eval {
 
 struct RunOptions {
-  std::string run;
+  std::string run;            // a run folder of 'lmtrain fit', or an HF checkpoint folder (config.json + safetensors)
   int64_t step = -1;          // -1: latest
   bool twin = false;
   int64_t batch_size = 16;
@@ -22,6 +22,10 @@ struct RunOptions {
   std::string dtype = "fp32";  // fp32 | bf16 (bf16 only on cuda)
   std::string out;            // result file; default runs/NAME/eval/<job>.json
   int threads = 0;            // --threads: > 0 forces; 0 measures 1 vs all cores (eval/run.h choose_threads)
+  uint64_t seed = 0;          // --seed: the twin's init seed for an HF folder (a run folder uses its train.seed)
+  // --compare: a second model (run or HF folder, latest checkpoint) scored on the same items, each
+  // with its own tokenizer; nll reports both and the difference, mc McNemar's test against it.
+  std::string compare;
 };
 
 // --device of lmeval nll/mc/sample: "auto" is cuda when a CUDA device is visible, else cpu (as
@@ -49,8 +53,9 @@ absl::StatusOr<Json> run_nll(const NllOptions& o);
 struct McOptions {
   RunOptions run;
   std::string data_dir;
-  std::vector<std::string> tasks;  // names; "benqa" = benqa_bn + benqa_en, "all" = every task
+  std::vector<std::string> tasks;  // names; "benqa" = benqa_bn + benqa_en, "bangla" = the Bangla group, "all" = every task
   int64_t limit = 0;
+  int64_t num_fewshot = 0;         // k examples before each item (Bangla first_n tasks; eval/tasks_bn.h)
   // Token before every context: "" (default) = where a document starts in training, from the
   // run's tokenizer framing (bos + text + eos: bos, which is also what the harness's hf model does
   // on our export; text + eos: eos) | bos | eos | none. The result JSON names the one used.
@@ -76,7 +81,7 @@ struct ContextPrefix {
 };
 absl::StatusOr<ContextPrefix> context_prefix(const tokenizer::Tokenizer& tok, const std::string& prefix);
 
-// "a,b,benqa" -> {"a", "b", "benqa_bn", "benqa_en"}; "all" -> every task.
+// "a,b,benqa" -> {"a", "b", "benqa_bn", "benqa_en"}; "bangla" -> the Bangla group; "all" -> every task.
 std::vector<std::string> expand_tasks(const std::vector<std::string>& names);
 
 }  // namespace lm::eval

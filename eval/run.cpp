@@ -1,5 +1,7 @@
 #include "eval/run.h"
 
+#include <stdlib.h>
+
 #include <algorithm>
 #include <filesystem>
 
@@ -10,8 +12,10 @@
 #include "core/log.h"
 #include "core/run_folder.h"
 #include "model/checkpoint_reader.h"
+#include "model/hf_import.h"
 #include "model/safetensors.h"
 #include "runtime/threads.h"
+#include "tokenizer/import_hf.h"
 
 namespace lm::eval {
 namespace fs = std::filesystem;
@@ -70,6 +74,55 @@ absl::StatusOr<LoadedRun> load_run(const std::string& run_dir, int64_t step) {
   return run;
 }
 
+bool is_hf_folder(const std::string& dir) {
+  if (!model::is_hf_checkpoint(dir)) return false;
+  auto j = read_json_file((fs::path(dir) / "config.json").string());
+  if (!j.ok() || !j->is_object() || j->contains("model")) return false;
+  return j->contains("model_type") || j->contains("architectures");
+}
+
+namespace {
+
+// The folder's own tokenizer, read as 'lmtrain tokenizer --import' reads it (into a scratch
+// folder that is removed again: the HF folder is never written).
+absl::StatusOr<tokenizer::Tokenizer> hf_folder_tokenizer(const std::string& dir) {
+  std::string scratch = (fs::temp_directory_path() / "lmeval-tok.XXXXXX").string();
+  if (::mkdtemp(scratch.data()) == nullptr)
+    return absl::InternalError(absl::StrCat(scratch, ": cannot create a scratch folder for the tokenizer"));
+  tokenizer::ImportOptions io;
+  io.hf_dir = dir;
+  io.out = scratch + "/tok";
+  auto tok = tokenizer::import_hf_tokenizer(io);
+  std::error_code ec;
+  fs::remove_all(scratch, ec);
+  if (!tok.ok()) return annotate(tok.status(), absl::StrCat(dir, ": the checkpoint's tokenizer"));
+  return tok;
+}
+
+}  // namespace
+
+absl::StatusOr<LoadedRun> load_hf_folder(const std::string& dir, uint64_t seed) {
+  LoadedRun run;
+  run.kind = "hf";
+  run.dir = dir;
+  run.checkpoint = dir;
+  run.step = 0;
+  run.seed = seed;
+  LM_ASSIGN_OR_RETURN(run.config, model::read_hf_config(dir));
+  LM_ASSIGN_OR_RETURN(run.tokenizer, hf_folder_tokenizer(dir));
+  LM_ASSIGN_OR_RETURN(run.model, model::import_hf(dir));
+  run.config = run.model->config();
+  run.model->eval();
+  return run;
+}
+
+absl::StatusOr<LoadedRun> load_model_folder(const std::string& dir, int64_t step, uint64_t seed) {
+  if (!is_hf_folder(dir)) return load_run(dir, step);
+  if (step >= 0)
+    return absl::InvalidArgumentError(absl::StrCat("--step ", step, ": ", dir,
+                                                   " is an HF checkpoint folder (one set of weights); drop --step"));
+  return load_hf_folder(dir, seed);
+}
 
 void choose_threads(int requested, model::Transformer m, int64_t tokens, int repeats) {
   const bool on_cpu = m->parameters().front().device().is_cpu();

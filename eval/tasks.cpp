@@ -14,6 +14,7 @@
 #include "core/file.h"
 #include "corpus/corpus.h"
 #include "corpus/text_file.h"
+#include "eval/tasks_bn.h"
 
 namespace lm::eval {
 namespace fs = std::filesystem;
@@ -367,11 +368,18 @@ double McTask::chance() const {
 }
 
 std::vector<std::string> task_names() {
-  return {"hellaswag", "piqa", "arc_easy", "arc_challenge", "copa", "winogrande", "openbookqa",
-          "benqa_bn", "benqa_en"};
+  std::vector<std::string> names = {"hellaswag", "piqa", "arc_easy", "arc_challenge", "copa", "winogrande", "openbookqa",
+                                    "benqa_bn", "benqa_en"};
+  for (const auto& n : bangla_task_names()) names.push_back(n);
+  return names;
 }
 
-absl::StatusOr<McTask> load_task(const std::string& name, const std::string& data_dir, int64_t limit) {
+absl::StatusOr<McTask> load_task(const std::string& name, const std::string& data_dir, int64_t limit,
+                                 int64_t num_fewshot) {
+  if (is_bangla_task(name)) return load_bangla_task(name, data_dir, limit, num_fewshot);
+  if (num_fewshot > 0)
+    return absl::InvalidArgumentError(absl::StrCat(name, ": --num-fewshot ", num_fewshot,
+                                                   ": the English tasks and BEnQA are scored zero-shot only"));
   McTask t;
   t.name = name;
   absl::Status st;

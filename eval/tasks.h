@@ -40,13 +40,16 @@ struct McTask {
   double chance() const;
 };
 
-// Task names lmeval mc knows, in the default order.
+// Task names lmeval mc knows, in the default order: the English ones, BEnQA, then the Bangla group
+// (eval/tasks_bn.h).
 std::vector<std::string> task_names();
 
 // Loads `name` from DIR/<folder>/ (folder = name, arc_* and benqa_* as documented); `limit` > 0
 // keeps the first `limit` examples. A missing file is NotFound "not found, expected PATH".
+// `num_fewshot` > 0: k examples before each item (the Bangla tasks that the harness samples first_n,
+// eval/tasks_bn.h); the English tasks are zero-shot only.
 absl::StatusOr<McTask> load_task(const std::string& name, const std::string& data_dir,
-                                 int64_t limit = 0);
+                                 int64_t limit = 0, int64_t num_fewshot = 0);
 
 // ---- prompt builders (pure; tests compare their strings with the harness's) ----
 

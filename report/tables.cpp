@@ -164,18 +164,26 @@ std::string nll_table_html(const Json& j) {
 }
 
 std::string mc_table_html(const Json& j) {
-  std::string s = mc_meta(j) + "<table class=\"mc\">\n" + header_row(mc_columns());
+  // Two tables: the English tasks (and BEnQA), then the Bangla group (lmeval mc marks its tasks
+  // "group": "bangla"); one Holm correction over both, as they are one evaluation.
   const std::map<std::string, double> adjusted = holm_adjusted(at(j, "tasks"));
+  std::string rows[2];
   for (const auto& [name, t] : at(j, "tasks").items()) {
     const Json acc = metric(t, "acc"), twin = at(at(t, "twin"), "acc");
     const Json diff = acc.is_number() && twin.is_number() ? Json(acc.get<double>() - twin.get<double>()) : Json();
-    s += "<tr>" + td(html_escape(name)) + td(count(at(t, "n"))) + td(fixed(at(t, "chance"), 4)) +
-         td(mean_pm(t, "acc"), "key") + td(mean_pm(t, "acc_norm")) + td(fixed(twin, 4)) + td(fixed(diff, 4)) +
-         p_value(name, t, "paired_acc", "acc", adjusted) +
-         p_value(name, t, "paired_acc_norm", "acc_norm", adjusted) + td(html_escape(t.value("split", std::string()))) +
-         "</tr>\n";
+    const bool bangla = t.is_object() && t.value("group", std::string()) == "bangla";
+    rows[bangla] += "<tr>" + td(html_escape(name)) + td(count(at(t, "n"))) + td(fixed(at(t, "chance"), 4)) +
+                    td(mean_pm(t, "acc"), "key") + td(mean_pm(t, "acc_norm")) + td(fixed(twin, 4)) + td(fixed(diff, 4)) +
+                    p_value(name, t, "paired_acc", "acc", adjusted) +
+                    p_value(name, t, "paired_acc_norm", "acc_norm", adjusted) +
+                    td(html_escape(t.value("split", std::string()))) + "</tr>\n";
   }
-  return s + "</table>\n";
+  std::string s = mc_meta(j);
+  if (!rows[0].empty() || rows[1].empty()) s += "<table class=\"mc\">\n" + header_row(mc_columns()) + rows[0] + "</table>\n";
+  if (!rows[1].empty())
+    s += "<p class=\"meta\">Bangla tasks (lm-evaluation-harness 0.4.13 YAMLs)</p>\n<table class=\"mc\">\n" +
+         header_row(mc_columns()) + rows[1] + "</table>\n";
+  return s;
 }
 
 }  // namespace lm::report

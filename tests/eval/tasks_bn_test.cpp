@@ -1,0 +1,125 @@
+// The Bangla tasks' prompts without a model: each renders a document as its lm-eval YAML does
+// (strings written out from the YAML by hand here; bangla_harness_check.py compares with the
+// harness itself), few-shot blocks, the group, and bad input.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+
+#include "eval/py_random.h"
+#include "eval/tasks.h"
+#include "eval/tasks_bn.h"
+
+#define LM_ASSERT_OK(expr)                            \
+  do {                                                \
+    const ::absl::Status lm_st_ = (expr);             \
+    ASSERT_TRUE(lm_st_.ok()) << lm_st_.message();     \
+  } while (0)
+
+namespace lm::eval {
+namespace {
+namespace fs = std::filesystem;
+
+TEST(BanglaTasks, PyStripRemovesUnicodeWhitespace) {
+  EXPECT_EQ(py_strip("\u00a0 প্রশ্ন\u3000\n"), "প্রশ্ন");
+  EXPECT_EQ(py_strip(" \t"), "");
+  EXPECT_EQ(py_strip("ক খ"), "ক খ");
+  EXPECT_EQ(py_strip("\u200bক"), "\u200bক");  // ZERO WIDTH SPACE is not whitespace in Python
+}
+
+TEST(BanglaTasks, RendersEachYamlsPrompt) {
+  auto mmlu = bangla_doc("bangla_mmlu", Json::parse(R"({"question":" প্র? ","options":["ক","খ","গ","ঘ"],"answer":"C"})"), "t");
+  LM_ASSERT_OK(mmlu.status());
+  EXPECT_EQ(mmlu->query, "প্র? A. ক B. খ C. গ D. ঘ Answer:");
+  EXPECT_EQ(mmlu->gold, 2);
+  auto piqa = bangla_doc("piqa_bn", Json::parse(R"({"goal":"g ","sol1":" a","sol2":"b","label":1})"), "t");
+  LM_ASSERT_OK(piqa.status());
+  EXPECT_EQ(piqa->query, "g\nA. a\nB. b\nAnswer:");
+  EXPECT_EQ(piqa->gold, 1);
+  auto boolq = bangla_doc("boolqa_bn", Json::parse(R"({"passage":"p","question":"q","answer":"no"})"), "t");
+  LM_ASSERT_OK(boolq.status());
+  EXPECT_EQ(boolq->query, "Passage:\np\n\nQuestion:\nq\n\nAnswer:");
+  EXPECT_EQ(boolq->choices, (std::vector<std::string>{"yes", "no"}));
+  EXPECT_EQ(boolq->gold, 1);
+  auto obqa = bangla_doc("openbookqa_bn", Json::parse(R"({"question_stem":"s","choices":{"text":["x","y","z","w"],
+      "label":["A","B","C","D"]},"answerKey":"D"})"), "t");
+  LM_ASSERT_OK(obqa.status());
+  EXPECT_EQ(obqa->query, "s\nA. x\nB. y\nC. z\nD. w\nAnswer:");
+  EXPECT_EQ(obqa->gold, 3);
+  auto bele = bangla_doc("belebele_ben_Beng", Json::parse(R"({"flores_passage":"P1","question":" q","mc_answer1":"a",
+      "mc_answer2":"b","mc_answer3":"c","mc_answer4":"d","correct_answer_num":"2"})"), "t");
+  LM_ASSERT_OK(bele.status());
+  EXPECT_EQ(bele->query, "P: P1\nQ: q\nA: a\nB: b\nC: c\nD: d\nAnswer:");
+  EXPECT_EQ(bele->gold, 1);
+  auto arc = bangla_doc("arc_bn", Json::parse(R"({"instruction":" i [title] j","option_a":"a","option_b":"b [x]",
+      "option_c":"c","option_d":"d","option_e":"","answer":"B"})"), "t");
+  LM_ASSERT_OK(arc.status());
+  EXPECT_EQ(arc->query, "Question: i. j\nAnswer:");
+  EXPECT_EQ(arc->choices, (std::vector<std::string>{"a", "b ", "c", "d"}));
+  auto hs = bangla_doc("hellaswag_bn", Json::parse(R"({"activity_label":"L","ctx_a":"a","ctx_b":"bC d",
+      "endings":["x  y","z"],"label":" 1"})"), "t");
+  LM_ASSERT_OK(hs.status());
+  EXPECT_EQ(hs->query, "L: a Bc d");
+  EXPECT_EQ(hs->choices, (std::vector<std::string>{"x y", "z"}));
+  EXPECT_EQ(hs->gold, 1);
+}
+
+TEST(BanglaTasks, RefusesATargetThatIsNoChoice) {
+  auto bad = bangla_doc("m_mmlu_bn", Json::parse(R"({"instruction":"i","option_a":"a","option_b":"b","option_c":"c",
+      "option_d":"d","answer":"F"})"), "f.jsonl: document 3");
+  EXPECT_EQ(bad.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(bad.status().message().find("f.jsonl: document 3: answer \"F\""), std::string::npos);
+}
+
+// Few-shot: the first k of the few-shot split; from the test split itself (belebele) the item is
+// left out of its own examples. The description opens the context with no delimiter after it.
+TEST(BanglaTasks, FewshotIsFirstNAndSkipsTheItemItself) {
+  const std::string dir = (fs::temp_directory_path() / "lm_bn_tasks").string();
+  fs::remove_all(dir);
+  fs::create_directories(dir + "/belebele_ben_Beng");
+  fs::create_directories(dir + "/piqa_bn");
+  std::ofstream b(dir + "/belebele_ben_Beng/test.jsonl");
+  for (int i = 0; i < 3; ++i)
+    b << R"({"flores_passage":"P)" << i << R"(","question":"q","mc_answer1":"a","mc_answer2":"b","mc_answer3":"c",)"
+      << R"("mc_answer4":"d","correct_answer_num":"1"})" << "\n";
+  b.close();
+  auto t = load_task("belebele_ben_Beng", dir, 0, 1);
+  LM_ASSERT_OK(t.status());
+  ASSERT_EQ(t->examples.size(), 3u);
+  EXPECT_EQ(t->examples[0].contexts[0].substr(0, 5), "P: P1");  // item 0 skips itself: P1 first
+  EXPECT_EQ(t->examples[1].contexts[0].substr(0, 5), "P: P0");
+  EXPECT_NE(t->examples[1].contexts[0].find("Answer: A\n\nP: P1"), std::string::npos);
+  std::ofstream p(dir + "/piqa_bn/validation.jsonl");
+  p << R"({"goal":"g","sol1":"a","sol2":"b","label":0})" << "\n";
+  p.close();
+  auto z = load_task("piqa_bn", dir, 0, 0);
+  LM_ASSERT_OK(z.status());
+  EXPECT_EQ(z->examples[0].contexts[0], "Bangla PIQA: physical commonsense reasoning questions.g\nA. a\nB. b\nAnswer:");
+  EXPECT_TRUE(z->acc_only);
+  EXPECT_EQ(load_task("piqa_bn", dir, 0, 2).status().code(), absl::StatusCode::kNotFound);  // no train.jsonl
+  EXPECT_EQ(load_task("hellaswag_bn", dir, 0, 0).status().code(), absl::StatusCode::kNotFound);
+  fs::create_directories(dir + "/global_mmlu_bn");
+  std::ofstream g(dir + "/global_mmlu_bn/test.jsonl");
+  g << R"({"question":"q","option_a":"a","option_b":"b","option_c":"c","option_d":"d","answer":"A"})" << "\n";
+  g.close();
+  EXPECT_EQ(load_task("global_mmlu_bn", dir, 0, 5).status().code(), absl::StatusCode::kNotFound);  // no dev.jsonl
+  fs::remove_all(dir);
+}
+
+// CPython 3.11: random.Random(1234): getrandbits(32) x 3 = 4150886329, 3342196574, 1892932127;
+// then sample(range(10), 3), sample(range(10), 3), sample(range(400), 5), sample(range(30), 7) on
+// one generator = [7,1,0] [1,0,9] [50,392,181,121,8] [0,25,29,11,20,19,15] (pool and set algorithms).
+TEST(PyRandom, EqualsCPython) {
+  PyRandom r(1234);
+  EXPECT_EQ(r.getrandbits(32), 4150886329u);
+  EXPECT_EQ(r.getrandbits(32), 3342196574u);
+  EXPECT_EQ(r.getrandbits(32), 1892932127u);
+  PyRandom s(1234);
+  EXPECT_EQ(s.sample(10, 3), (std::vector<uint64_t>{7, 1, 0}));
+  EXPECT_EQ(s.sample(10, 3), (std::vector<uint64_t>{1, 0, 9}));
+  EXPECT_EQ(s.sample(400, 5), (std::vector<uint64_t>{50, 392, 181, 121, 8}));
+  EXPECT_EQ(s.sample(30, 7), (std::vector<uint64_t>{0, 25, 29, 11, 20, 19, 15}));
+}
+
+}  // namespace
+}  // namespace lm::eval
