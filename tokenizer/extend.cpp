@@ -153,7 +153,7 @@ std::function<void(int64_t, int64_t, int64_t)> progress_printer() {
   };
 }
 
-NewTokens train(Corpus& corpus, const BaseTokenizer& b, const ExtendOptions& o) {
+NewTokens train(const Corpus& corpus, const BaseTokenizer& b, const ExtendOptions& o) {
   const HfBpe& hf = *b.tok.hf();
   std::vector<std::string> bytes(static_cast<size_t>(hf.vocab_size()));
   absl::flat_hash_set<std::string> taken;

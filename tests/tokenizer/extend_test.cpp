@@ -37,15 +37,22 @@ std::string vocab_dir(const std::string& name) {
   return std::string(home ? home : "/tmp") + "/.cache/lmforge/vocabs/" + name;
 }
 
+fs::path tmp_path() { return fs::temp_directory_path() / ("extend_test_" + std::to_string(::getpid())); }
+
 std::string tmp_dir() {
   static const std::string d = [] {
-    fs::path p = fs::temp_directory_path() / ("extend_test_" + std::to_string(::getpid()));
-    fs::remove_all(p);
-    fs::create_directories(p);
-    return p.string();
+    fs::remove_all(tmp_path());
+    fs::create_directories(tmp_path());
+    return tmp_path().string();
   }();
   return d;
 }
+
+// The extended folders (~20 MB each) go when the binary ends.
+struct RemoveTmpDir : ::testing::Environment {
+  void TearDown() override { fs::remove_all(tmp_path()); }
+};
+[[maybe_unused]] const auto* const kRemoveTmpDir = ::testing::AddGlobalTestEnvironment(new RemoveTmpDir);
 
 std::vector<std::string> read_lines(const std::string& path) {
   std::vector<std::string> out;
@@ -343,7 +350,8 @@ TEST(ExtendLlama3, HfFolderAsBaseIsImportedFirst) {
 
 // HF tokenizers on the written hf-tokenizer.json gives lmforge's ids on every line.
 void expect_hf_agrees(const std::string& dir, const Tokenizer& tok, const std::vector<std::string>& texts) {
-  const std::string in = dir + ".texts.jsonl", out = dir + ".hf.ids";
+  const std::string stem = tmp_dir() + "/hf_" + fs::path(dir).filename().string();
+  const std::string in = stem + ".texts.jsonl", out = stem + ".hf.ids";
   {
     std::ofstream f(in);
     for (const std::string& t : texts) f << lm::Json(t).dump() << "\n";
