@@ -138,6 +138,13 @@ TEST(DataParallel, TwoRanksEqualOneRankThroughTheEmbeddingsOnlyStage) {
   ASSERT_EQ(l1.size(), 6u);
   ASSERT_EQ(l2.size(), 6u);
   for (size_t i = 0; i < l1.size(); ++i) EXPECT_NEAR(l1[i], l2[i], 1e-5) << "step " << i + 1;
+  // The stage took effect: from step 2 on the losses are not those of a run training everything.
+  auto plain = tmp("stage-plain");
+  ASSERT_EQ(run(1, plain, 6, -1, false, plain.string() + ".losses"), 0);
+  const auto lp = read_losses(plain.string() + ".losses");
+  ASSERT_EQ(lp.size(), 6u);
+  EXPECT_EQ(lp[0], l1[0]) << "step 1 starts from the same weights";
+  EXPECT_GT(std::abs(lp[1] - l1[1]), 1e-6) << "step 2 after an embeddings-only step 1";
   auto w1 = weights(one), w2 = weights(two);
   ASSERT_EQ(w1.size(), w2.size());
   const double bound = 0.01 * lm::train::TrainConfig{}.optimizer.lr;
