@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <filesystem>
 #include <map>
@@ -80,27 +81,40 @@ namespace {
 
 // ---- New rows ----------------------------------------------------------------------------------
 
+// The old rows' mean in fp64, over chunks of rows (a large matrix is never converted whole).
+constexpr int64_t kChunkRows = 8192;
+torch::Tensor row_mean(const torch::Tensor& old) {
+  const int64_t n = old.size(0);
+  auto sum = torch::zeros({old.size(1)}, torch::kFloat64);
+  for (int64_t i = 0; i < n; i += kChunkRows) sum += old.narrow(0, i, std::min(kChunkRows, n - i)).to(torch::kFloat64).sum(0);
+  return sum / static_cast<double>(n);
+}
+
 // transformers' mean_resizing fallback (modeling_utils._init_added_embeddings_weights_with_mean):
-// rows drawn from N(mean, 1e-9 * cov) of the old rows, or the mean where 1e-9 * cov is not
-// positive definite (its Cholesky fails). Mean and covariance accumulate in fp64 over chunks of
-// rows, so a large matrix is never converted to fp32 whole.
+// rows drawn from N(mean, 1e-9 * cov) of the old rows, cov = C^T C / n with C the centred rows, or
+// the mean where 1e-9 * cov is not positive definite. Cov is singular when n <= d: the mean then.
+// For fewer draws than d (the usual case: a few special tokens without pieces) a draw is
+// mean + sqrt(1e-9 / n) C^T w with w ~ N(0, I_n), the same normal without the d x d covariance
+// (n d work per draw instead of n d^2: seconds instead of minutes for a 1B model); else
+// mean + L z with L L^T = 1e-9 cov (Cholesky), as transformers' MultivariateNormal draws.
 torch::Tensor fallback_rows(const torch::Tensor& old, int64_t count, uint64_t seed, bool* pd) {
-  const int64_t n = old.size(0), d = old.size(1), chunk = 8192;
-  auto f64 = torch::TensorOptions().dtype(torch::kFloat64);
-  auto sum = torch::zeros({d}, f64);
-  for (int64_t i = 0; i < n; i += chunk) sum += old.narrow(0, i, std::min(chunk, n - i)).to(torch::kFloat64).sum(0);
-  const auto mean = sum / static_cast<double>(n);
-  auto cov = torch::zeros({d, d}, f64);
-  for (int64_t i = 0; i < n; i += chunk) {
-    const auto c = old.narrow(0, i, std::min(chunk, n - i)).to(torch::kFloat64) - mean;  // [rows, d]
-    cov.addmm_(c.t(), c);
-  }
-  cov /= static_cast<double>(n);
-  auto [chol, info] = torch::linalg_cholesky_ex(cov * 1e-9);
-  *pd = info.item<int64_t>() == 0;
+  const int64_t n = old.size(0), d = old.size(1);
+  const auto mean = row_mean(old);
+  *pd = n > d;
   if (!*pd) return mean.to(torch::kFloat32).unsqueeze(0).expand({count, d}).contiguous();
   torch::manual_seed(seed);
-  const auto z = torch::randn({count, d}, f64);  // x = mean + L z: the normal's draw (L L^T = cov)
+  const bool direct = count < d;
+  auto acc = torch::zeros(direct ? std::vector<int64_t>{count, d} : std::vector<int64_t>{d, d}, torch::kFloat64);
+  for (int64_t i = 0; i < n; i += kChunkRows) {
+    const auto c = old.narrow(0, i, std::min(kChunkRows, n - i)).to(torch::kFloat64) - mean;  // [rows, d]
+    if (direct) acc.addmm_(torch::randn({count, c.size(0)}, torch::kFloat64), c);  // += w C
+    else acc.addmm_(c.t(), c);                                                      // += C^T C
+  }
+  if (direct) return (mean + acc * std::sqrt(1e-9 / static_cast<double>(n))).to(torch::kFloat32);
+  auto [chol, info] = torch::linalg_cholesky_ex(acc * (1e-9 / static_cast<double>(n)));
+  *pd = info.item<int64_t>() == 0;
+  if (!*pd) return mean.to(torch::kFloat32).unsqueeze(0).expand({count, d}).contiguous();
+  const auto z = torch::randn({count, d}, torch::kFloat64);
   return (mean + z.matmul(chol.t())).to(torch::kFloat32);
 }
 
@@ -289,6 +303,7 @@ std::map<std::string, GrownRows> grow_file(const MappedSafetensors& f, const Voc
   for (const auto& e : f.entries()) {
     if (!is_vocab_matrix(e.name)) continue;
     GrownRows g = grow_rows(f.view(e), ext, seed);
+    f.release(e);  // its pages are read again (page cache) when written
     r.from_pieces = g.from_pieces;
     r.from_normal = g.from_normal;
     r.covariance_pd = r.covariance_pd && g.pd;

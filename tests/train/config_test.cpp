@@ -47,7 +47,7 @@ TEST(TrainConfigSections, EveryFieldOfEverySectionRoundTrips) {
   for (auto it = defaults.begin(); it != defaults.end(); ++it)
     if (it->is_object()) sections.push_back(it.key());
   EXPECT_EQ(sections, (std::vector<std::string>{"batch", "checkpoint", "debug", "distributed", "eval", "hardware",
-                                                "logging", "optimizer", "schedule"}));
+                                                "logging", "optimizer", "param_groups", "schedule"}));
   const std::vector<std::string> keys = dotted_keys(defaults);
   ASSERT_GE(keys.size(), 39u) << "every field of the flat config has a place";
   for (const std::string& key : keys) {

@@ -123,6 +123,35 @@ TEST(DataParallel, TwoRanksEqualOneRankSameGlobalBatch) {
   }
 }
 
+// The embeddings-only first stage (train.param_groups, issue 37) with data parallel: every rank
+// drops the same all-reduced gradients, so 2 ranks train as 1 rank does (the bound above), and
+// no collective is left waiting when the blocks join at step 4.
+TEST(DataParallel, TwoRanksEqualOneRankThroughTheEmbeddingsOnlyStage) {
+  setenv("LM_DDP_EMBEDDINGS_ONLY", "3", 1);
+  auto one = tmp("stage-one"), two = tmp("stage-two");
+  const int rc1 = run(1, one, 6, -1, false, one.string() + ".losses");
+  const int rc2 = run(2, two, 6, -1, false, two.string() + ".losses");
+  unsetenv("LM_DDP_EMBEDDINGS_ONLY");
+  ASSERT_EQ(rc1, 0);
+  ASSERT_EQ(rc2, 0);
+  auto l1 = read_losses(one.string() + ".losses"), l2 = read_losses(two.string() + ".losses");
+  ASSERT_EQ(l1.size(), 6u);
+  ASSERT_EQ(l2.size(), 6u);
+  for (size_t i = 0; i < l1.size(); ++i) EXPECT_NEAR(l1[i], l2[i], 1e-5) << "step " << i + 1;
+  // The stage took effect: from step 2 on the losses are not those of a run training everything.
+  auto plain = tmp("stage-plain");
+  ASSERT_EQ(run(1, plain, 6, -1, false, plain.string() + ".losses"), 0);
+  const auto lp = read_losses(plain.string() + ".losses");
+  ASSERT_EQ(lp.size(), 6u);
+  EXPECT_EQ(lp[0], l1[0]) << "step 1 starts from the same weights";
+  EXPECT_GT(std::abs(lp[1] - l1[1]), 1e-6) << "step 2 after an embeddings-only step 1";
+  auto w1 = weights(one), w2 = weights(two);
+  ASSERT_EQ(w1.size(), w2.size());
+  const double bound = 0.01 * lm::train::TrainConfig{}.optimizer.lr;
+  for (size_t i = 0; i < w1.size(); ++i)
+    EXPECT_LE((w1[i] - w2[i]).abs().max().item<double>(), bound) << "tensor " << i;
+}
+
 TEST(DataParallel, TwoRankRunResumesExactly) {
   auto full = tmp("full"), part = tmp("part");
   ASSERT_EQ(run(2, full, 6, -1, false, full.string() + ".losses"), 0);

@@ -57,6 +57,7 @@ int main(int argc, char** argv) {
   r.train.eval.interval = 0;
   r.train.checkpoint.interval = 0;
   r.train.hardware.threads = 1;
+  r.train.param_groups.embeddings_only_steps = std::atoi(env_or("LM_DDP_EMBEDDINGS_ONLY", "0"));
   r.train.stop_at_step = std::atoi(argv[4]);
   r.resume = std::atoi(argv[5]) != 0;
   r.force = !r.resume;
