@@ -92,7 +92,7 @@ def make_docs(task, w, n, split):
             docs.append({"id": f"{split}-{i}", "question_stem": w(7) + ws,
                          "choices": {"text": [w(2) for _ in labels], "label": labels}, "answerKey": r.choice(labels)})
         elif task == "belebele_ben_Beng":
-            docs.append({"link": "x", "question_number": i, "flores_passage": w(25), "question": " " + w(6),
+            docs.append({"link": "x", "question_number": i, "flores_passage": w(15), "question": " " + w(6),
                          "mc_answer1": w(2), "mc_answer2": w(2), "mc_answer3": w(3), "mc_answer4": w(2),
                          "correct_answer_num": str(r.randrange(1, 5)), "dialect": "ben_Beng", "ds": "x"})
         elif task == "global_mmlu_bn":
@@ -197,7 +197,7 @@ def run_round(a, hf, bench, ydir, names, fixtures, tasks, k, work):
     mc = json.load(open(out))
     res = lm_eval.simple_evaluate(model="hf", model_args={"pretrained": hf, "dtype": "float32", "device": "cpu"},
                                   tasks=[n for t in tasks for n in names[t]], num_fewshot=k, log_samples=True,
-                                  batch_size=4, task_manager=TaskManager(include_path=ydir), verbosity="ERROR")
+                                  batch_size=1, task_manager=TaskManager(include_path=ydir), verbosity="ERROR")
     ok = True
     for t in tasks:
         acc_norm = "acc_norm" in mc["tasks"][t]

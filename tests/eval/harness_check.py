@@ -74,6 +74,29 @@ def run(cmd, **kw):
     subprocess.run(cmd, check=True, **kw)
 
 
+def export_scores_as_run(lmeval, run_dir, export, out):
+    """lmeval scores the run folder and its HF export (read as an HF checkpoint folder, its own
+    tokenizer files) identically: `nll --compare` on raw sample text differs by exactly 0."""
+    text = os.path.join(out, "nll_text.txt")
+    lines = []
+    for name in ("bn_2000.txt", "en_2000.txt"):
+        path = os.path.join(REPO, "..", "shared", "data", "sample", name)
+        if os.path.isfile(path):
+            lines += [l.rstrip("\n") for l in open(path, encoding="utf-8") if l.strip()][:5]
+    if not lines:
+        lines = ["The history of Bengal is long.", "বাংলা ভাষা"]
+    open(text, "w", encoding="utf-8").write("\n".join(lines) + "\n")
+    res = os.path.join(out, "nll_run_vs_export.json")
+    run([lmeval, "nll", "--run", run_dir, "--compare", export, "--text", text, "--docs", "harness", "--out", res, "-q"],
+        stdout=subprocess.DEVNULL)
+    lang = json.load(open(res))["languages"]["text"]
+    m, c = lang["model"], lang["compare"]
+    same = m["tokens"] == c["tokens"] and abs(m["sum_nats"] - c["sum_nats"]) <= 1e-6 * abs(m["sum_nats"])
+    print(f"lmeval nll, run vs its HF export (--compare): {m['sum_nats']:.6f} vs {c['sum_nats']:.6f} nats over "
+          f"{m['tokens']} / {c['tokens']} tokens {'ok' if same else 'DIFFERENT'}")
+    return same
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--work", required=True, help="eval_test's run folder (LM_BINARY_DIR/eval_test_run)")
@@ -189,6 +212,7 @@ def main():
         if maxr > 1:
             print(f"  {t}: a log-likelihood differs by more than 1e-4 + 1e-6 |log p| ({maxr:.2f} of it)")
         ok = ok and eq == len(hs) == len(us) and maxr <= 1
+    ok = export_scores_as_run(a.lmeval, run_dir, export, out) and ok
     print("ok" if ok else "FAIL")
     return 0 if ok else 1
 

@@ -751,6 +751,9 @@ TEST_F(ExportTest, ReportHasCurvesTablesSamplesAndPngs) {
                                   {"split", "validation"}, {"twin", {{"acc", 0.49}}}, {"paired_acc", {{"p_value", 0.0123}}}, {"paired_acc_norm", {{"p_value", 0.31}}}}},
                         {"sib200_bn", {{"n", 40}, {"chance", 0.1429}, {"acc", 0.2}, {"acc_stderr", 0.06}, {"split", "test"},
                                        {"skipped_too_long", 3}}},
+                        // A Bangla task (lmeval mc marks its group): in the second table (issue 41).
+                        {"piqa_bn", {{"n", 8}, {"chance", 0.5}, {"acc", 0.375}, {"split", "validation, 0-shot"},
+                                     {"group", "bangla"}}},
                         // Worse than the twin at p 0.004 (a loss after Holm's correction: 4 × 0.004), and
                         // a raw p of 0.03 that the correction leaves unmarked (2 × 0.03).
                         {"winogrande", {{"n", 300}, {"chance", 0.5}, {"acc", 0.45}, {"acc_norm", 0.6}, {"split", "validation"},
@@ -786,6 +789,10 @@ TEST_F(ExportTest, ReportHasCurvesTablesSamplesAndPngs) {
                              "&quot;seq_len&quot;: 16",  // the resolved config, HTML-escaped
                              "not scored, longer than the model's context: sib200_bn 3 (n counts the scored)"})
     EXPECT_NE(html.find(needle), std::string::npos) << needle;
+  const size_t bangla = html.find("Bangla tasks (lm-evaluation-harness 0.4.13 YAMLs)");
+  ASSERT_NE(bangla, std::string::npos);
+  EXPECT_GT(html.find("<td>piqa_bn</td>"), bangla);  // only in the Bangla table, after the English one
+  EXPECT_LT(html.find("<table class=\"mc\">"), bangla);  // the English table first
   // Samples: one row per validation step, one column per language, the prompt then the text.
   EXPECT_EQ(table_row(html, "samples", 0), (std::vector<std::string>{"step", "bn", "en"}));
   auto samples = read_metrics(RunFolder(r.run_dir).samples());
