@@ -18,8 +18,9 @@ of ~/.cache/lmforge/vocabs, each imported, prepared on data/sample and fitted a 
 Checks per case:
   hf    AutoTokenizer gives lmforge's ids on every Bangla/English line; AutoModelForCausalLM (fp32)
         per-token NLL equals `lmeval nll`'s within 1e-4 nats; greedy generate equals `lmeval sample`.
-  gguf  (f32) llama.cpp tokenizes every line to lmforge's ids; llama.cpp's greedy decode from
-        3 prompts equals `lmeval sample` token for token.
+  gguf  (f32, f32 KV cache) llama.cpp tokenizes every line to lmforge's ids, adds BOS as the run's
+        framing does, its NLL per token on lmforge's windows equals `lmeval nll`'s within 1e-4, and
+        its greedy decode from 3 prompts equals `lmeval sample` token for token.
 --perturb checks a broken copy of each GGUF instead (perturb_gguf: llama3 without rope_freqs,
 qwen2 with zero biases, llama3-ext with llama.cpp's own "gpt-4o" pre-tokenizer): checks must go red.
 Exit 0: all pass; 1: a check failed; 77: skipped (no transformers / llama_cpp / vocabularies).
@@ -228,8 +229,10 @@ def check_hf(c, a, case, runp, hf, lines, samples, work):
 
 def llama(path, vocab_only=False):
     from llama_cpp import Llama
-    return Llama(model_path=path, n_ctx=256, n_batch=256, n_ubatch=256, n_threads=2, logits_all=not vocab_only,
-                 vocab_only=vocab_only, verbose=False)
+    # f32 KV cache and no flash attention: the cache would otherwise round k and v to f16 (1.2e-4
+    # nats seen on the llama3-ext f32 file with the default cache, against lmforge's fp32).
+    return Llama(model_path=path, n_ctx=512, n_batch=512, n_ubatch=512, n_threads=2, logits_all=not vocab_only,
+                 vocab_only=vocab_only, verbose=False, type_k=0, type_v=0, flash_attn=False, seed=0)
 
 
 def check_gguf(c, a, case, runp, gg, lines, samples, work):
@@ -243,20 +246,21 @@ def check_gguf(c, a, case, runp, gg, lines, samples, work):
         theirs = [v.tokenize(x.encode(), add_bos=False, special=False) for x in ls]
         same = sum(x == y for x, y in zip(ours, theirs))
         bad = next((i for i, (x, y) in enumerate(zip(ours, theirs)) if x != y), None)
-        c.check(same == len(ls) and len(ours) == len(ls),
+        new = sum(t >= 128256 for d in ours for t in d) if case == "llama3-ext" and lang == "bn" else None
+        c.check(same == len(ls) and len(ours) == len(ls) and new != 0,
                 f"{case} gguf: llama.cpp tokenizes {same} of {len(ls)} {lang} lines to lmforge's ids"
+                + ("" if new is None else f" ({new} of {sum(map(len, ours))} ids are extension tokens, >= 128256)")
                 + ("" if bad is None else f"\n  first differing line {bad}: llama.cpp {theirs[bad][:16]} lmforge {ours[bad][:16]}"))
     # add_bos_token: llama.cpp's add_special puts BOS first exactly when the run's framing does.
     first = v.tokenize(lines["en"][0].encode(), add_bos=True, special=False)[:1]
     c.check((first == [bos]) == (bos is not None), f"{case} gguf: llama.cpp's add_special starts a prompt with "
             f"{first} (the run's framing: BOS {bos})")
-    m = llama(gg)
     # NLL per token of llama.cpp on lmforge's own windows (lmeval nll --dump-tokens): the model,
     # the rotary (llama3 factors, head_dim) and the biases all count, not only the argmax.
     _, wins = lmforge_docs(a, runp, lines["bn"][:6] + lines["en"][:6], work, "gguf_nll")
     err, n = 0.0, 0
     for w in wins:
-        m.reset()
+        m = llama(gg)  # a fresh context per window: reset() kept cache cells (llama_decode failed after 256)
         m.eval(w["tokens"])
         z = np.array(m.scores[: len(w["tokens"])], dtype=np.float64)[:-1]
         lp = z - z.max(1, keepdims=True)
@@ -264,13 +268,14 @@ def check_gguf(c, a, case, runp, gg, lines, samples, work):
         nll = -lp[np.arange(len(z)), w["tokens"][1:]][w["first_target"] - 1:]
         err = max(err, float(np.abs(nll - np.array(w["nll"])).max()))
         n += len(w["nll"])
-    # 1e-3: f32 weights on both sides; ggml sums in another order and with its own exp (1e-5 seen
-    # on lmforge's own models, docs/export.md "GGUF for llama.cpp").
-    c.check(err < 1e-3, f"{case} gguf: llama.cpp NLL per token vs lmeval nll: max |diff| {err:.2e} nats over {n} "
-            f"tokens (tolerance 1e-3)")
+    # 1e-4: f32 weights and KV cache on both sides; ggml sums in another order and with its own exp
+    # (1.9e-6 seen on llama3-ext, 2.4e-6 on lmforge's own models in docs/export.md). Without
+    # rope_freqs.weight (--perturb) the llama3 case was 2.8e-3 off; with an f16 KV cache 1.2e-4.
+    c.check(err < 1e-4, f"{case} gguf: llama.cpp NLL per token vs lmeval nll: max |diff| {err:.2e} nats over {n} "
+            f"tokens (tolerance 1e-4)")
     for p, s in zip(PROMPTS, samples):
-        prompt = start_ids(s, meta) + m.tokenize(p.encode(), add_bos=False, special=False)
-        m.reset()
+        prompt = start_ids(s, meta) + v.tokenize(p.encode(), add_bos=False, special=False)
+        m = llama(gg)
         m.eval(prompt)
         out = []
         for _ in range(GREEDY):
@@ -325,7 +330,8 @@ def run_case(c, a, case, lines):
                                "--temperature", "0", "--json", "-q"]).stdout.strip().splitlines()[-1]) for p in PROMPTS]
     hf, gg = os.path.join(work, "hf"), os.path.join(work, "model.f32.gguf")
     run([a.lmtrain, "export", "--run", runp, "--out", hf, "--dtype", "fp32", "-q"])
-    check_hf(c, a, case, runp, hf, lines, samples, work)
+    if not a.perturb:  # --perturb breaks the GGUF only
+        check_hf(c, a, case, runp, hf, lines, samples, work)
     r = run([a.lmtrain, "export", "--run", runp, "--format", "gguf", "--gguf-type", "f32", "--out", gg, "-q"],
             check=False)
     if case == "marks":
