@@ -108,7 +108,7 @@ absl::StatusOr<std::string> llama_cpp_pre(const std::string& pattern, bool ignor
   static const Known kKnown[] = {
       {tokenizer::kLlama3Pattern, true, "llama-bpe"},
       {tokenizer::kQwen2Pattern, false, "qwen2"},
-      {kQwen35Pattern, false, "qwen35"},
+      {tokenizer::kQwen35Pattern, false, "qwen35"},
       {tokenizer::kGpt4oPattern, true, "granite-embed-multi-97m"},
       {kGpt2Pattern, false, "gpt-2"},
   };

@@ -26,12 +26,6 @@
 
 namespace lm::model {
 
-// Qwen2's Split regex with \p{M} beside \p{L}: llama.cpp's "qwen35" (LLAMA_VOCAB_PRE_TYPE_QWEN35),
-// spelled as llama-vocab.cpp quotes the original tokenizer.json.
-inline constexpr const char* kQwen35Pattern =
-    "(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?[\\p{L}\\p{M}]+|\\p{N}| ?[^\\s\\p{L}\\p{M}\\p{N}]+[\\r\\n]*|"
-    "\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+";
-
 struct BpeVocab {
   std::vector<std::string> tokens;  // id -> text, one per embedding row
   std::vector<int32_t> types;       // NORMAL 1, CONTROL 3, USER_DEFINED 4, UNUSED 5 (llama.cpp's)

@@ -18,7 +18,7 @@ namespace {
 TEST(GgufBpe, PreTokenizerNamesFollowTheSplitPatternAndIgnoreMerges) {
   EXPECT_EQ(*model::llama_cpp_pre(tokenizer::kLlama3Pattern, true, "t"), "llama-bpe");
   EXPECT_EQ(*model::llama_cpp_pre(tokenizer::kQwen2Pattern, false, "t"), "qwen2");
-  EXPECT_EQ(*model::llama_cpp_pre(model::kQwen35Pattern, false, "t"), "qwen35");
+  EXPECT_EQ(*model::llama_cpp_pre(tokenizer::kQwen35Pattern, false, "t"), "qwen35");
   // llama.cpp's own "gpt-4o" drops \p{M} from words (197 of 300 Bangla lines differed): not used.
   EXPECT_EQ(*model::llama_cpp_pre(tokenizer::kGpt4oPattern, true, "t"), "granite-embed-multi-97m");
   // A GGUF cannot carry ignore_merges: a mismatch with the name's is refused, naming the field.
