@@ -98,8 +98,10 @@ en_base, en_run = bpb(nll["en"], "compare"), bpb(nll["en"], "model")
 print(f"Bangla  bits/byte: base {bn_base:.4f} -> continued {bn_run:.4f}")
 print(f"English bits/byte: base {en_base:.4f} -> continued {en_run:.4f} ({(en_run / en_base - 1) * 100:+.2f}%)")
 assert bn_run < bn_base, "Bangla bits/byte did not fall below the base's"
-# The margin: see docs/continued-pretraining.md, "The demo".
-MARGIN = 0.10
+# The margin (docs/continued-pretraining.md, "The demo"): the same run without English (LM_DEMO_REPLAY=0)
+# raised English by 21%; with 30% replay it rose 1.6%. 5% tells a replay that works from one that is
+# missing or too small, with room on both sides.
+MARGIN = 0.05
 assert en_run <= en_base * (1 + MARGIN), f"English bits/byte rose by more than {MARGIN:.0%}"
 
 # transformers on the HF export, its own (extended) tokenizer: the Bangla lines that fit one window,
