@@ -51,13 +51,11 @@ void add_extend_model(CLI::App& app, Registry& reg) {
       "New rows start as the mean of their base pieces' rows (fp32 mean, stored in the checkpoint's dtype);\n"
       "rows without pieces are drawn as transformers' resize_token_embeddings(mean_resizing=True) draws them.\n"
       "Old rows and every other tensor keep their bytes: logits on base-vocabulary text are unchanged.\n"
+      "The extended tokenizer comes from `lmtrain tokenizer --extend`; train the result with\n"
+      "`lmtrain fit --init-from OUT --set param_groups.embeddings_only_steps=500` (docs/continued-pretraining.md).\n"
       "Examples:\n"
-      "  lmtrain tokenizer --import hf/Llama-3.2-1B --out tok/\n"
-      "  lmtrain tokenizer --extend tok/ --corpus bn.json --add 32000 --split gpt-4o --out tok-ext/\n"
       "  lmtrain extend-model --hf hf/Llama-3.2-1B --tokenizer tok-ext/ --out hf/Llama-3.2-1B-bn\n"
-      "  lmtrain fit --init-from hf/Llama-3.2-1B-bn --data shards/ --out runs/bn "
-      "--set param_groups.embeddings_only_steps=500\n"
-      "(docs/continued-pretraining.md)");
+      "  lmtrain extend-model --hf hf/Qwen2-0.5B --tokenizer tok-qwen-ext/ --out hf/Qwen2-0.5B-bn --seed 7\n");
   add_global_flags(sub);
   reg.push_back({sub, [] {
                    LM_ASSIGN_OR_RETURN(o.base_tokenizer_hash, base_tokenizer_hash(o.hf_dir));
