@@ -20,6 +20,7 @@ copy of the data only (must go red). Exit 0 equal, 1 different, 77 skipped (no l
 transformers or no vocabulary).
 """
 import argparse
+import gzip
 import json
 import os
 import random
@@ -64,9 +65,10 @@ class Words:
 
     def __init__(self, seed):
         path = os.path.join(REPO, "..", "shared", "data", "sample", "bn_2000.txt")
-        if not os.path.isfile(path):
-            path = os.path.join(REPO, "data", "sample", "corpus", "bn_2000.txt")
-        self.words = [w for line in open(path, encoding="utf-8") for w in line.split()][:20000]
+        if not os.path.isfile(path):  # a clone without ../shared: the repo's own sample
+            path = os.path.join(REPO, "data", "sample", "bn_news.txt.gz")
+        opener = gzip.open if path.endswith(".gz") else open
+        self.words = [w for line in opener(path, "rt", encoding="utf-8") for w in line.split()][:20000]
         self.rnd = random.Random(seed)
 
     def __call__(self, n):

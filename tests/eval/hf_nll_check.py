@@ -18,6 +18,7 @@ is bangla_harness_check.py's). `--break tokens` scores one token fewer on the tr
 Exit 0 equal, 1 different, 77 skipped (no transformers / lm_eval or no vocabulary).
 """
 import argparse
+import gzip
 import json
 import math
 import os
@@ -33,12 +34,12 @@ REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 
 def sample_lines(n_each):
     lines = []
-    for name in ("bn_2000.txt", "en_2000.txt"):
+    for name, bundled in (("bn_2000.txt", "bn_heldout.txt.gz"), ("en_2000.txt", "en_heldout.txt.gz")):
         path = os.path.join(REPO, "..", "shared", "data", "sample", name)
-        if not os.path.isfile(path):
-            path = os.path.join(REPO, "data", "sample", "corpus", name)
+        if not os.path.isfile(path):  # a clone without ../shared: the repo's own held-out sample
+            path = os.path.join(REPO, "data", "sample", bundled)
         got = 0
-        for line in open(path, encoding="utf-8"):
+        for line in (gzip.open if path.endswith(".gz") else open)(path, "rt", encoding="utf-8"):
             line = line.rstrip("\n").rstrip("\r")
             if 20 <= len(line) <= 400:
                 lines.append(line)
