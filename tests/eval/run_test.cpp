@@ -582,7 +582,8 @@ TEST_F(RunFolder, McBanglaFromParquetEqualsJsonl) {
     }
     ASSERT_GE(lines["jsonl"].size(), 60u) << k << "-shot";  // 10 tasks x 8 items, a few too long for 64 tokens
     ASSERT_EQ(lines["parquet"].size(), lines["jsonl"].size()) << k << "-shot";
-    for (size_t i = 0; i < lines["jsonl"].size(); ++i) EXPECT_EQ(lines["parquet"][i], lines["jsonl"][i]) << k << "-shot line " << i;
+    for (size_t i = 0; i < lines["jsonl"].size(); ++i)  // long Bangla lines: the line number only
+      EXPECT_TRUE(lines["parquet"][i] == lines["jsonl"][i]) << k << "-shot --log-samples line " << i + 1 << " differs";
     for (const std::string& task : bangla_task_names()) {
       Json a = results["jsonl"]["tasks"][task], b = results["parquet"]["tasks"][task];
       EXPECT_NE(b["source"].get<std::string>().find(".parquet"), std::string::npos) << task;
