@@ -234,7 +234,7 @@ absl::Status not_found(const std::string& task, const std::string& dir, const st
 // also with the hash suffix of older uploads (<split>-00000-of-00001-5a8f4c6e2bd3b6d0.parquet).
 // Every one of the M must be there, once.
 absl::StatusOr<std::vector<std::string>> split_shards(const std::string& dir, const std::string& split) {
-  const std::regex shard_name(split + "-([0-9]+)-of-([0-9]+)(-[0-9a-f]+)?\\.parquet");
+  const std::regex shard_name(split + "-([0-9]{1,9})-of-([0-9]{1,9})(-[0-9a-f]+)?\\.parquet");
   std::map<int64_t, std::string> shards;
   std::set<int64_t> totals;
   int64_t files = 0;
