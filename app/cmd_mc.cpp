@@ -24,7 +24,7 @@ void add_mc(CLI::App& app, Registry& reg) {
   sub->add_option("--data-dir", o.data_dir,
                   "folder with one sub-folder per task in the original formats (docs/eval.md); a Bangla task's split "
                   "as <split>.jsonl or as the Hugging Face hub's Parquet, <split>.parquet or its shards "
-                  "<split>-00000-of-0000N.parquet (docs/benchmarks.md)")
+                  "<split>-00000-of-0000N.parquet or <split>/0000.parquet ... (docs/benchmarks.md)")
       ->required();
   sub->add_option("--limit", o.limit, "first N examples of each task (0 = all)")->capture_default_str();
   sub->add_option("--num-fewshot", o.num_fewshot,

@@ -225,7 +225,8 @@ absl::StatusOr<std::vector<Json>> read_jsonl(const std::string& path) {
 absl::Status not_found(const std::string& task, const std::string& dir, const std::string& split,
                        const std::string& why) {
   return absl::NotFoundError(absl::StrCat(task, ": not found, expected ", dir, "/", split, ".jsonl or ", split,
-                                          ".parquet or ", split, "-00000-of-NNNNN.parquet (", why,
+                                          ".parquet or ", split, "-00000-of-NNNNN.parquet or ", split,
+                                          "/0000.parquet (", why,
                                           "; the rows of the HF dataset as downloaded: layout and sources in "
                                           "docs/benchmarks.md)"));
 }
@@ -261,22 +262,47 @@ absl::StatusOr<std::vector<std::string>> split_shards(const std::string& dir, co
   return out;
 }
 
-// The files of one split, read in order: <split>.jsonl, else <split>.parquet, else the HF shards
-// (docs/benchmarks.md). With more than one of these present the first is read and the log says so.
-// Empty when there is none.
+// The hub's automatic conversion (its refs/convert/parquet branch): <split>/0000.parquet,
+// <split>/0001.parquet, ... in `dir`, in number order; numbered from 0 without a gap.
+absl::StatusOr<std::vector<std::string>> converted_parts(const std::string& dir, const std::string& split) {
+  static const std::regex part_name("([0-9]{1,9})\\.parquet");
+  std::map<int64_t, std::string> parts;
+  std::error_code ec;
+  for (const auto& e : fs::directory_iterator(dir + "/" + split, ec)) {
+    std::smatch m;
+    const std::string name = e.path().filename().string();
+    if (std::regex_match(name, m, part_name)) parts[std::stoll(m[1].str())] = e.path().string();
+  }
+  std::vector<std::string> out;
+  for (auto& [index, path] : parts) {
+    if (index != static_cast<int64_t>(out.size()))
+      return absl::InvalidArgumentError(absl::StrCat(dir, "/", split, ": the Parquet parts are numbered with a gap: ",
+                                                     out.size(), " parts, then ", fs::path(path).filename().string(),
+                                                     " (keep every part of one download)"));
+    out.push_back(path);
+  }
+  return out;
+}
+
+// The files of one split, read in order: <split>.jsonl, else <split>.parquet, else the hub's
+// shards, else its converted parts (docs/benchmarks.md). With more than one of these present the
+// first is read and the log says so. Empty when there is none.
 absl::StatusOr<std::vector<std::string>> split_files(const std::string& task, const std::string& dir,
                                                      const std::string& split) {
-  LM_ASSIGN_OR_RETURN(std::vector<std::string> shards, split_shards(dir, split));
   std::vector<std::vector<std::string>> forms;
   for (const char* ext : {".jsonl", ".parquet"})
-    if (fs::exists(dir + "/" + split + ext)) forms.push_back({dir + "/" + split + ext});
-  if (!shards.empty()) forms.push_back(shards);
+    if (fs::is_regular_file(dir + "/" + split + ext)) forms.push_back({dir + "/" + split + ext});
+  LM_ASSIGN_OR_RETURN(std::vector<std::string> shards, split_shards(dir, split));
+  LM_ASSIGN_OR_RETURN(std::vector<std::string> parts, converted_parts(dir, split));
+  for (auto* form : {&shards, &parts})
+    if (!form->empty()) forms.push_back(*form);
   if (forms.empty()) return std::vector<std::string>{};
+  const auto name = [&](const std::string& path) { return fs::relative(path, dir).string(); };
   if (forms.size() > 1) {
     std::vector<std::string> others;
-    for (size_t i = 1; i < forms.size(); ++i) others.push_back(fs::path(forms[i][0]).filename().string());
-    log_info("%s: split %s: reading %s (order: .jsonl, .parquet, shards), not %s", task, split,
-             fs::path(forms[0][0]).filename().string(), absl::StrJoin(others, ", "));
+    for (size_t i = 1; i < forms.size(); ++i) others.push_back(name(forms[i][0]));
+    log_info("%s: split %s: reading %s (order: .jsonl, .parquet, shards, converted parts), not %s", task, split,
+             name(forms[0][0]), absl::StrJoin(others, ", "));
   }
   return forms[0];
 }

@@ -4,8 +4,9 @@
 //
 // DATA/<task>/<split>.jsonl, <split> as the YAML names it (bangla_mmlu/test.jsonl + dev.jsonl for
 // few-shot, piqa_bn/validation.jsonl + train.jsonl, ...), or the split as the hub ships it:
-// <split>.parquet, or its shards <split>-NNNNN-of-MMMMM[-hash].parquet read in shard order
-// (corpus/parquet_rows.h; a build without Arrow refuses them, naming LM_WITH_PARQUET). When more
+// <split>.parquet, or its shards <split>-NNNNN-of-MMMMM[-hash].parquet read in shard order, or
+// its automatic conversion <split>/0000.parquet, <split>/0001.parquet, ... (corpus/parquet_rows.h;
+// a build without Arrow refuses them, naming LM_WITH_PARQUET). When more
 // than one of these is there, the first in that order is read and the log says so. Every example's context is
 //   description + k x (fewshot query + " " + its gold choice + "\n\n") + query
 // (the harness's fewshot_context for plain text: the description is its system message with no

@@ -5,8 +5,9 @@ the way the Hugging Face hub ships a split (OUT/parquet/<task>/...), for tests/e
 and run_test.cpp (issue 41 item 1: items and log-likelihoods equal from either).
 
 The Parquet copies vary what the reader must handle: row groups of 3 rows; <split>.parquet for most
-tasks, two hub shards for arc_bn's test (test-00000-of-00002.parquet, ...) and three with the hash
-suffix of older uploads for global_mmlu_bn's dev; piqa_bn's label as int8, hellaswag_bn's endings
+tasks, two hub shards for arc_bn's test (test-00000-of-00002.parquet, ...), three with the hash
+suffix of older uploads for global_mmlu_bn's dev, and boolqa_bn's validation as the hub's automatic
+conversion writes it (validation/0000.parquet, validation/0001.parquet); piqa_bn's label as int8, hellaswag_bn's endings
 as large_list<large_string>, belebele's question_number as uint16 (integers of every width must
 come out as the same integers as from JSON).
 
@@ -47,6 +48,12 @@ def write_parquet(pq, t, folder, split, shards, suffix=""):
     if shards == 1:
         pq.write_table(t, os.path.join(folder, split + ".parquet"), row_group_size=3)
         return
+    if suffix == "/":  # the hub's automatic conversion: <split>/0000.parquet, <split>/0001.parquet
+        os.makedirs(os.path.join(folder, split), exist_ok=True)
+        step = (t.num_rows + shards - 1) // shards
+        for i in range(shards):
+            pq.write_table(t.slice(i * step, step), os.path.join(folder, split, f"{i:04d}.parquet"), row_group_size=3)
+        return
     step = (t.num_rows + shards - 1) // shards
     for i in range(shards):
         name = f"{split}-{i:05d}-of-{shards:05d}{suffix}.parquet"
@@ -83,7 +90,8 @@ def main():
                     f.write(json.dumps(d, ensure_ascii=False) + "\n")
             folder = os.path.join(out, "parquet", task)
             os.makedirs(folder, exist_ok=True)
-            shards = {("arc_bn", "test"): (2, ""), ("global_mmlu_bn", "dev"): (3, "-5a8f4c6e2bd3b6d0")}
+            shards = {("arc_bn", "test"): (2, ""), ("global_mmlu_bn", "dev"): (3, "-5a8f4c6e2bd3b6d0"),
+                      ("boolqa_bn", "validation"): (2, "/")}
             write_parquet(pq, table(pa, task, docs), folder, split, *shards.get((task, split), (1, "")))
             if task == "piqa_bn" and split == test:
                 write_bad(pa, pq, out, docs)

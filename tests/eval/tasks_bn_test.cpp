@@ -188,6 +188,11 @@ TEST_F(BanglaParquet, EveryTaskGivesTheSameItemsAsFromJsonl) {
       }
     }
   }
+  // boolqa_bn's validation split is the hub's converted parts, read in number order.
+  auto boolq = load_task("boolqa_bn", dir_ + "/parquet", 0, 0);
+  LM_ASSERT_OK(boolq.status());
+  EXPECT_EQ(boolq->source, dir_ + "/parquet/boolqa_bn/validation/0000.parquet," + dir_ +
+                               "/parquet/boolqa_bn/validation/0001.parquet");
   // arc_bn's test split is two hub shards, read in shard order.
   auto arc = load_task("arc_bn", dir_ + "/parquet", 0, 0);
   LM_ASSERT_OK(arc.status());
@@ -219,7 +224,14 @@ TEST_F(BanglaParquet, BadInputNamesTheFileAndTheDocument) {
   EXPECT_EQ(f.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_NE(f.status().message().find("split 'test' do not make one set: 1 files named test-*-of-2, shard 0 missing"),
             std::string::npos) << f.status();
-  // JSONL beside Parquet: the JSONL is read (the order .jsonl, .parquet, shards; the log says so).
+  // A gap in the hub's converted parts.
+  const std::string gap = copy_task("gap", "boolqa_bn");
+  fs::remove(gap + "/boolqa_bn/validation/0000.parquet");
+  auto g = load_task("boolqa_bn", gap, 0, 0);
+  EXPECT_EQ(g.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(g.status().message().find("boolqa_bn/validation: the Parquet parts are numbered with a gap: 0 parts, then "
+                                      "0001.parquet"), std::string::npos) << g.status();
+  // JSONL beside Parquet: the JSONL is read (the order .jsonl, .parquet, shards, parts; the log says so).
   const std::string both = copy_task("both", "piqa_bn");
   fs::copy(dir_ + "/jsonl/piqa_bn/validation.jsonl", both + "/piqa_bn/validation.jsonl");
   auto j = load_task("piqa_bn", both, 0, 0);
@@ -227,7 +239,7 @@ TEST_F(BanglaParquet, BadInputNamesTheFileAndTheDocument) {
   EXPECT_EQ(j->source, both + "/piqa_bn/validation.jsonl");
   EXPECT_EQ(load_task("boolqa_bn", dir_ + "/bad/label_string", 0, 0).status().code(), absl::StatusCode::kNotFound);
   EXPECT_NE(load_task("boolqa_bn", dir_ + "/bad/label_string", 0, 0).status().message().find(
-                "validation.jsonl or validation.parquet or validation-00000-of-NNNNN.parquet"),
+                "validation.jsonl or validation.parquet or validation-00000-of-NNNNN.parquet or validation/0000.parquet"),
             std::string::npos);
 }
 
