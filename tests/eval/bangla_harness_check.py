@@ -21,6 +21,7 @@ hub ships them) while the harness reads the JSONL of the same rows (issue 41 ite
 transformers or no vocabulary).
 """
 import argparse
+import gzip
 import json
 import os
 import random
@@ -65,9 +66,11 @@ class Words:
 
     def __init__(self, seed):
         path = os.path.join(REPO, "..", "shared", "data", "sample", "bn_2000.txt")
-        if not os.path.isfile(path):
-            path = os.path.join(REPO, "data", "sample", "corpus", "bn_2000.txt")
-        self.words = [w for line in open(path, encoding="utf-8") for w in line.split()][:20000]
+        if os.path.isfile(path):
+            lines = open(path, encoding="utf-8")
+        else:  # without ../shared: the repository's own sample
+            lines = gzip.open(os.path.join(REPO, "data", "sample", "bn_news.txt.gz"), "rt", encoding="utf-8")
+        self.words = [w for line in lines for w in line.split()][:20000]
         self.rnd = random.Random(seed)
 
     def __call__(self, n):
