@@ -21,7 +21,10 @@ void add_mc(CLI::App& app, Registry& reg) {
                   "comma separated: " + absl::StrJoin(eval::task_names(), ",") + ", benqa (= bn + en), bangla (the Bangla "
                   "group), all")
       ->capture_default_str();
-  sub->add_option("--data-dir", o.data_dir, "folder with one sub-folder per task in the original formats (docs/eval.md)")
+  sub->add_option("--data-dir", o.data_dir,
+                  "folder with one sub-folder per task in the original formats (docs/eval.md); a Bangla task's split "
+                  "as <split>.jsonl or as the Hugging Face hub's Parquet, <split>.parquet or its shards "
+                  "<split>-00000-of-0000N.parquet or <split>/0000.parquet ... (docs/benchmarks.md)")
       ->required();
   sub->add_option("--limit", o.limit, "first N examples of each task (0 = all)")->capture_default_str();
   sub->add_option("--num-fewshot", o.num_fewshot,
@@ -39,7 +42,8 @@ void add_mc(CLI::App& app, Registry& reg) {
       "  lmeval mc --run runs/demo --data-dir ../shared/data/bench --tasks all --twin\n"
       "  lmeval mc --run runs/demo --data-dir bench/ --tasks copa,benqa --limit 100 --log-samples mc.jsonl\n"
       "  lmeval mc --run runs/cpt --compare Llama-3.2-1B/ --data-dir bench/ --tasks piqa,arc_easy\n"
-      "  lmeval mc --run Llama-3.2-1B/ --data-dir bench/ --tasks bangla_mmlu,m_mmlu_bn --num-fewshot 5");
+      "  lmeval mc --run Llama-3.2-1B/ --data-dir bench/ --tasks bangla_mmlu,m_mmlu_bn --num-fewshot 5\n"
+      "  lmeval mc --run runs/cpt --data-dir bench_bn/ --tasks bangla   # bench_bn/piqa_bn/validation.parquet, ...");
   add_global_flags(sub);
   reg.push_back({sub, [] {
                    o.tasks = absl::StrSplit(tasks, ',', absl::SkipEmpty());

@@ -5,11 +5,15 @@
 #include <functional>
 #include <map>
 #include <regex>
+#include <set>
 
+#include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
+#include "core/log.h"
+#include "corpus/parquet_rows.h"
 #include "corpus/text_file.h"
 #include "eval/py_random.h"
 
@@ -218,24 +222,111 @@ absl::StatusOr<std::vector<Json>> read_jsonl(const std::string& path) {
   return docs;
 }
 
-absl::Status not_found(const std::string& task, const std::string& path, const std::string& why) {
-  return absl::NotFoundError(absl::StrCat(task, ": not found, expected ", path, " (", why,
-                                          "; JSONL rows of the HF dataset: layout, sources and the one-line "
-                                          "parquet conversion in docs/benchmarks.md)"));
+absl::Status not_found(const std::string& task, const std::string& dir, const std::string& split,
+                       const std::string& why) {
+  return absl::NotFoundError(absl::StrCat(task, ": not found, expected ", dir, "/", split, ".jsonl or ", split,
+                                          ".parquet or ", split, "-00000-of-NNNNN.parquet or ", split,
+                                          "/0000.parquet (", why,
+                                          "; the rows of the HF dataset as downloaded: layout and sources in "
+                                          "docs/benchmarks.md)"));
 }
 
-// Documents of a split with their rendering; errors name the file and line.
-absl::Status render_split(const std::string& task, const std::string& path, std::vector<Json>& raw,
+// The Hugging Face hub's shards of `split` in `dir`, in shard order: <split>-NNNNN-of-MMMMM.parquet,
+// also with the hash suffix of older uploads (<split>-00000-of-00001-5a8f4c6e2bd3b6d0.parquet).
+// Every one of the M must be there, once.
+absl::StatusOr<std::vector<std::string>> split_shards(const std::string& dir, const std::string& split) {
+  const std::regex shard_name(split + "-([0-9]{1,9})-of-([0-9]{1,9})(-[0-9a-f]+)?\\.parquet");
+  std::map<int64_t, std::string> shards;
+  std::set<int64_t> totals;
+  int64_t files = 0;
+  std::error_code ec;
+  for (const auto& e : fs::directory_iterator(dir, ec)) {
+    std::smatch m;
+    const std::string name = e.path().filename().string();
+    if (!std::regex_match(name, m, shard_name)) continue;
+    shards[std::stoll(m[1].str())] = e.path().string();
+    totals.insert(std::stoll(m[2].str()));
+    ++files;
+  }
+  if (shards.empty()) return std::vector<std::string>{};
+  const int64_t total = *totals.rbegin();
+  int64_t missing = 0;
+  while (shards.count(missing)) ++missing;
+  if (totals.size() > 1 || files != total || missing != total)
+    return absl::InvalidArgumentError(absl::StrCat(
+        dir, ": the Parquet shards of split '", split, "' do not make one set: ", files, " files named ",
+        split, "-*-of-", absl::StrJoin(totals, "/"), missing < total ? absl::StrCat(", shard ", missing, " missing") : "",
+        " (keep every shard of one download and nothing else)"));
+  std::vector<std::string> out;
+  for (auto& [index, path] : shards) out.push_back(path);
+  return out;
+}
+
+// The hub's automatic conversion (its refs/convert/parquet branch): <split>/0000.parquet,
+// <split>/0001.parquet, ... in `dir`, in number order; numbered from 0 without a gap.
+absl::StatusOr<std::vector<std::string>> converted_parts(const std::string& dir, const std::string& split) {
+  static const std::regex part_name("([0-9]{1,9})\\.parquet");
+  std::map<int64_t, std::string> parts;
+  std::error_code ec;
+  for (const auto& e : fs::directory_iterator(dir + "/" + split, ec)) {
+    std::smatch m;
+    const std::string name = e.path().filename().string();
+    if (std::regex_match(name, m, part_name)) parts[std::stoll(m[1].str())] = e.path().string();
+  }
+  std::vector<std::string> out;
+  for (auto& [index, path] : parts) {
+    if (index != static_cast<int64_t>(out.size()))
+      return absl::InvalidArgumentError(absl::StrCat(dir, "/", split, ": the Parquet parts are numbered with a gap: ",
+                                                     out.size(), " parts, then ", fs::path(path).filename().string(),
+                                                     " (keep every part of one download)"));
+    out.push_back(path);
+  }
+  return out;
+}
+
+// The files of one split, read in order: <split>.jsonl, else <split>.parquet, else the hub's
+// shards, else its converted parts (docs/benchmarks.md). With more than one of these present the
+// first is read and the log says so. Empty when there is none.
+absl::StatusOr<std::vector<std::string>> split_files(const std::string& task, const std::string& dir,
+                                                     const std::string& split) {
+  std::vector<std::vector<std::string>> forms;
+  for (const char* ext : {".jsonl", ".parquet"})
+    if (fs::is_regular_file(dir + "/" + split + ext)) forms.push_back({dir + "/" + split + ext});
+  LM_ASSIGN_OR_RETURN(std::vector<std::string> shards, split_shards(dir, split));
+  LM_ASSIGN_OR_RETURN(std::vector<std::string> parts, converted_parts(dir, split));
+  for (auto* form : {&shards, &parts})
+    if (!form->empty()) forms.push_back(*form);
+  if (forms.empty()) return std::vector<std::string>{};
+  const auto name = [&](const std::string& path) { return fs::relative(path, dir).string(); };
+  if (forms.size() > 1) {
+    std::vector<std::string> others;
+    for (size_t i = 1; i < forms.size(); ++i) others.push_back(name(forms[i][0]));
+    log_info("%s: split %s: reading %s (order: .jsonl, .parquet, shards, converted parts), not %s", task, split,
+             name(forms[0][0]), absl::StrJoin(others, ", "));
+  }
+  return forms[0];
+}
+
+absl::StatusOr<std::vector<Json>> read_split_file(const std::string& path) {
+  if (absl::EndsWith(path, ".parquet")) return data::read_parquet_rows(path);
+  return read_jsonl(path);
+}
+
+// Documents of a split with their rendering; errors name the file and the document (its row).
+absl::Status render_split(const std::string& task, const std::vector<std::string>& files, std::vector<Json>& raw,
                           std::vector<BanglaDoc>& docs) {
-  LM_ASSIGN_OR_RETURN(raw, read_jsonl(path));
-  for (size_t i = 0; i < raw.size(); ++i) {
-    const std::string where = absl::StrCat(path, ": document ", i + 1);
-    try {
-      LM_ASSIGN_OR_RETURN(BanglaDoc d, bangla_doc(task, raw[i], where));
-      docs.push_back(std::move(d));
-    } catch (const Json::exception& e) {
-      return absl::InvalidArgumentError(absl::StrCat(where, ": ", e.what(),
-                                                     " (not the schema lm-eval's YAML reads: docs/benchmarks.md)"));
+  for (const std::string& path : files) {
+    LM_ASSIGN_OR_RETURN(std::vector<Json> rows, read_split_file(path));
+    for (size_t i = 0; i < rows.size(); ++i) {
+      const std::string where = absl::StrCat(path, ": document ", i + 1);
+      try {
+        LM_ASSIGN_OR_RETURN(BanglaDoc d, bangla_doc(task, rows[i], where));
+        docs.push_back(std::move(d));
+      } catch (const Json::exception& e) {
+        return absl::InvalidArgumentError(absl::StrCat(where, ": ", e.what(),
+                                                       " (not the schema lm-eval's YAML reads: docs/benchmarks.md)"));
+      }
+      raw.push_back(std::move(rows[i]));
     }
   }
   return absl::OkStatus();
@@ -355,18 +446,20 @@ absl::StatusOr<McTask> load_bangla_task(const std::string& name, const std::stri
   McTask t;
   t.name = name;
   t.acc_only = spec->acc_only;
-  t.source = dir + "/" + spec->test_split + ".jsonl";
-  if (!fs::exists(t.source)) return not_found(name, t.source, "the harness's " + spec->test_split + " split");
+  LM_ASSIGN_OR_RETURN(const std::vector<std::string> test_files, split_files(name, dir, spec->test_split));
+  if (test_files.empty()) return not_found(name, dir, spec->test_split, "the harness's " + spec->test_split + " split");
+  t.source = absl::StrJoin(test_files, ",");
   const int64_t k = std::max<int64_t>(num_fewshot, 0);
   std::vector<Json> raw, pool_raw;
   std::vector<BanglaDoc> docs, pool;
-  LM_RETURN_IF_ERROR(render_split(name, t.source, raw, docs));
+  LM_RETURN_IF_ERROR(render_split(name, test_files, raw, docs));
   if (k > 0) {
-    const std::string fs_path = dir + "/" + spec->fewshot_split + ".jsonl";
-    if (!fs::exists(fs_path)) return not_found(name, fs_path, "the few-shot split for --num-fewshot");
-    LM_RETURN_IF_ERROR(render_split(name, fs_path, pool_raw, pool));
+    LM_ASSIGN_OR_RETURN(const std::vector<std::string> fs_files, split_files(name, dir, spec->fewshot_split));
+    if (fs_files.empty()) return not_found(name, dir, spec->fewshot_split, "the few-shot split for --num-fewshot");
+    LM_RETURN_IF_ERROR(render_split(name, fs_files, pool_raw, pool));
     if (static_cast<int64_t>(pool.size()) < k + (spec->fewshot_split == spec->test_split))
-      return absl::InvalidArgumentError(absl::StrCat(fs_path, ": ", pool.size(), " documents, fewer than --num-fewshot ", k));
+      return absl::InvalidArgumentError(absl::StrCat(absl::StrJoin(fs_files, ","), ": ", pool.size(),
+                                                     " documents, fewer than --num-fewshot ", k));
   }
   const bool same_split = spec->fewshot_split == spec->test_split;
   const size_t n = limit > 0 ? std::min<size_t>(docs.size(), limit) : docs.size();

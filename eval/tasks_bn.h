@@ -1,9 +1,13 @@
-// The Bangla multiple-choice tasks of lm-evaluation-harness 0.4.13, read from local JSONL copies of
+// The Bangla multiple-choice tasks of lm-evaluation-harness 0.4.13, read from local copies of
 // their Hugging Face datasets in the schema the harness's YAML reads (docs/benchmarks.md), with the
 // YAML's prompt, choices, target and metrics, and --num-fewshot examples as the harness picks them.
 //
 // DATA/<task>/<split>.jsonl, <split> as the YAML names it (bangla_mmlu/test.jsonl + dev.jsonl for
-// few-shot, piqa_bn/validation.jsonl + train.jsonl, ...). Every example's context is
+// few-shot, piqa_bn/validation.jsonl + train.jsonl, ...), or the split as the hub ships it:
+// <split>.parquet, or its shards <split>-NNNNN-of-MMMMM[-hash].parquet read in shard order, or
+// its automatic conversion <split>/0000.parquet, <split>/0001.parquet, ... (corpus/parquet_rows.h;
+// a build without Arrow refuses them, naming LM_WITH_PARQUET). When more
+// than one of these is there, the first in that order is read and the log says so. Every example's context is
 //   description + k x (fewshot query + " " + its gold choice + "\n\n") + query
 // (the harness's fewshot_context for plain text: the description is its system message with no
 // delimiter after it), and each choice is scored as " " + choice.

@@ -4,6 +4,7 @@
 // naming the file, the column and its type. Built without Arrow (LM_WITH_PARQUET off) only the
 // refusal is checked and the rest is skipped.
 #include <gtest/gtest.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <filesystem>
@@ -13,6 +14,7 @@
 #include "corpus/corpus.h"
 #include "corpus/decompress.h"
 #include "corpus/parquet.h"
+#include "corpus/parquet_rows.h"
 
 #ifdef LM_HAVE_PARQUET
 #include <arrow/api.h>
@@ -189,5 +191,101 @@ TEST_F(ParquetTest, StopReadingEndsEarlyWithoutError) {
 }
 
 #endif  // LM_HAVE_PARQUET
+
+// ---- whole rows as JSON (corpus/parquet_rows.h): files written by pyarrow, expected values from
+// pyarrow's to_pylist (what `datasets` hands lm-eval), tests/corpus/parquet_rows_fixtures.py ----
+
+class ParquetRowsTest : public ParquetTest {
+ protected:
+  // Runs the fixture script into dir_; false (and the test skipped) without pyarrow.
+  bool fixtures() {
+    const std::string cmd = std::string(LM_TEST_PYTHON) + " " + LM_SOURCE_DIR + "/tests/corpus/parquet_rows_fixtures.py " +
+                            dir_.string() + " > " + (dir_ / "fixtures.log").string() + " 2>&1";
+    const int rc = std::system(cmd.c_str());
+    const int code = WIFEXITED(rc) ? WEXITSTATUS(rc) : -1;
+    EXPECT_TRUE(code == 0 || code == 77) << "parquet_rows_fixtures.py exit " << code;
+    return code == 0;
+  }
+  std::string path(const std::string& name) const { return (dir_ / name).string(); }
+};
+
+TEST_F(ParquetRowsTest, WithoutArrowTheRefusalNamesTheBuildOptionAndAConversion) {
+  if (lm::data::parquet_supported()) GTEST_SKIP() << "built with Arrow (LM_WITH_PARQUET)";
+  std::ofstream(dir_ / "d.parquet", std::ios::binary) << "PAR1" << std::string(20, '\0') << "PAR1";
+  const auto rows = lm::data::read_parquet_rows(path("d.parquet"));
+  EXPECT_EQ(rows.status().code(), absl::StatusCode::kInvalidArgument) << rows.status();
+  EXPECT_NE(rows.status().message().find("d.parquet: this is a Parquet file, but this build has no Parquet support "
+                                         "(LM_WITH_PARQUET)"), std::string::npos) << rows.status();
+  EXPECT_NE(rows.status().message().find("to_pylist()"), std::string::npos) << rows.status();
+}
+
+// Every row equals pyarrow's to_pylist of it, value by value and kind by kind: dump() tells 1 from
+// 1.0 and "1" (nlohmann's == would call 1 and 1.0 equal).
+TEST_F(ParquetRowsTest, EveryTypeConvertsAsPyarrowToPylist) {
+  if (!lm::data::parquet_supported()) GTEST_SKIP() << "no Parquet support in this build";
+  if (!fixtures()) GTEST_SKIP() << LM_TEST_PYTHON << " has no pyarrow";
+  auto rows = lm::data::read_parquet_rows(path("types.parquet"));
+  ASSERT_TRUE(rows.ok()) << rows.status();
+  std::ifstream in(path("types.jsonl"));
+  std::vector<lm::Json> want;
+  for (std::string line; std::getline(in, line);) want.push_back(lm::Json::parse(line));
+  ASSERT_EQ(rows->size(), 5u);
+  ASSERT_EQ(rows->size(), want.size());
+  for (size_t i = 0; i < want.size(); ++i) {
+    ASSERT_EQ((*rows)[i].size(), want[i].size()) << "row " << i;
+    for (const auto& [key, value] : want[i].items())
+      EXPECT_EQ((*rows)[i].at(key).dump(), value.dump()) << "row " << i << " column " << key;
+  }
+  // The kinds the harness's Jinja and target_index tell apart.
+  const lm::Json& r0 = (*rows)[0];
+  EXPECT_TRUE(r0["i8"].is_number_integer());
+  EXPECT_TRUE(r0["f64"].is_number_float());
+  EXPECT_EQ(r0["f32"].get<double>(), static_cast<double>(0.1f));  // widened exactly, as Python's float()
+  EXPECT_TRUE((*rows)[1]["u64"].is_number_unsigned());
+  EXPECT_EQ((*rows)[1]["u64"].get<uint64_t>(), UINT64_MAX);
+  EXPECT_EQ((*rows)[0]["i64"].get<int64_t>(), INT64_MIN);
+  EXPECT_TRUE((*rows)[2]["text"].is_null());
+  EXPECT_TRUE((*rows)[0]["choices"].is_object());
+  EXPECT_EQ((*rows)[0]["category"], "STEM");  // dictionary-encoded
+  // for_each_parquet_row counts over the row groups (2 + 2 + 1 rows).
+  int64_t last = -1;
+  auto n = lm::data::for_each_parquet_row(path("types.parquet"), [&](lm::Json&&, int64_t index) {
+    EXPECT_EQ(index, last + 1);
+    last = index;
+    return absl::OkStatus();
+  });
+  ASSERT_TRUE(n.ok()) << n.status();
+  EXPECT_EQ(*n, 5);
+}
+
+TEST_F(ParquetRowsTest, BytesAndOtherTypesNameFileColumnAndType) {
+  if (!lm::data::parquet_supported()) GTEST_SKIP() << "no Parquet support in this build";
+  if (!fixtures()) GTEST_SKIP() << LM_TEST_PYTHON << " has no pyarrow";
+  for (const auto& [file, expect] : std::vector<std::pair<std::string, std::string>>{
+           {"binary.parquet", "binary.parquet: column 'blob' is of type binary, bytes rather than UTF-8 text"},
+           {"nested_binary.parquet", "nested_binary.parquet: column 'meta.raw[]' is of type binary"},
+           {"timestamp.parquet", "timestamp.parquet: column 'when' is of type timestamp[ms], which has no JSON value"}}) {
+    const auto rows = lm::data::read_parquet_rows(path(file));
+    EXPECT_EQ(rows.status().code(), absl::StatusCode::kInvalidArgument) << rows.status();
+    EXPECT_NE(rows.status().message().find(expect), std::string::npos) << rows.status();
+  }
+}
+
+TEST_F(ParquetRowsTest, CorruptOrTruncatedFileIsDataLossNamingTheFile) {
+  if (!lm::data::parquet_supported()) GTEST_SKIP() << "no Parquet support in this build";
+  if (!fixtures()) GTEST_SKIP() << LM_TEST_PYTHON << " has no pyarrow";
+  std::ifstream in(path("types.parquet"), std::ios::binary);
+  const std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  std::ofstream(path("cut.parquet"), std::ios::binary) << bytes.substr(0, bytes.size() / 2);
+  std::string flipped = bytes;  // the data pages garbled, footer and magic intact
+  for (size_t i = 4; i < bytes.size() / 2; ++i) flipped[i] = static_cast<char>(flipped[i] ^ 0x5A);
+  std::ofstream(path("flipped.parquet"), std::ios::binary) << flipped;
+  for (const char* file : {"cut.parquet", "flipped.parquet"}) {
+    const auto rows = lm::data::read_parquet_rows(path(file));
+    EXPECT_EQ(rows.status().code(), absl::StatusCode::kDataLoss) << file << ": " << rows.status();
+    EXPECT_NE(rows.status().message().find(std::string(file) + ": cannot read as Parquet"), std::string::npos)
+        << rows.status();
+  }
+}
 
 }  // namespace

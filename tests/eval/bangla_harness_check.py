@@ -16,7 +16,8 @@ value) and so do the predictions (issue 41; docs/eval.md "Bangla").
 
 A family = one ctest (--family). global_mmlu_bn is the union of the harness's six category
 subtasks (its group, weighted by size). `--break swap` swaps piqa_bn's solutions in the harness's
-copy of the data only (must go red). Exit 0 equal, 1 different, 77 skipped (no lm_eval /
+copy of the data only (must go red). `--parquet`: lmeval mc reads <split>.parquet (the rows as the
+hub ships them) while the harness reads the JSONL of the same rows (issue 41 item 1). Exit 0 equal, 1 different, 77 skipped (no lm_eval /
 transformers or no vocabulary).
 """
 import argparse
@@ -116,8 +117,16 @@ def make_docs(task, w, n, split):
     return docs
 
 
-def write_fixtures(bench, tasks, n_test, broken):
-    """Returns {task: {split: docs}}; the harness's copy differs only with --break swap."""
+def one_type(t, docs):
+    """A Parquet column has one type: bangla_mmlu's answers (letters and indices here) become indices."""
+    if t != "bangla_mmlu":
+        return docs
+    return [dict(d, answer="ABCD".index(d["answer"]) if isinstance(d["answer"], str) else d["answer"]) for d in docs]
+
+
+def write_fixtures(bench, tasks, n_test, broken, parquet=False):
+    """Returns {task: {split: docs}}; the harness's copy differs only with --break swap. With
+    `parquet` lmeval's copy is <split>.parquet (pyarrow, row groups of 3) and the harness's JSONL."""
     w = Words(41)
     fixtures = {}
     for t in tasks:
@@ -126,12 +135,18 @@ def write_fixtures(bench, tasks, n_test, broken):
         if fs:
             fixtures[t][fs] = make_docs(t, w, 36 if t == "global_mmlu_bn" else 6, fs)  # 6 per category
         for split, docs in fixtures[t].items():
+            if parquet:
+                docs = fixtures[t][split] = one_type(t, docs)
             for root, swap in ((bench, False), (bench + "-harness", broken == "swap")):
                 os.makedirs(os.path.join(root, t), exist_ok=True)
+                rows = [dict(d, sol1=d["sol2"], sol2=d["sol1"]) if swap and t == "piqa_bn" else d for d in docs]
+                if parquet and root == bench:
+                    import pyarrow as pa
+                    import pyarrow.parquet as pq
+                    pq.write_table(pa.Table.from_pylist(rows), os.path.join(root, t, split + ".parquet"), row_group_size=3)
+                    continue
                 with open(os.path.join(root, t, split + ".jsonl"), "w", encoding="utf-8") as f:
-                    for d in docs:
-                        if swap and t == "piqa_bn":
-                            d = dict(d, sol1=d["sol2"], sol2=d["sol1"])
+                    for d in rows:
                         f.write(json.dumps(d, ensure_ascii=False) + "\n")
     return fixtures
 
@@ -217,8 +232,10 @@ def main():
     ap.add_argument("--items", type=int, default=8, help="test documents per task")
     ap.add_argument("--work", help="folder for fixtures and results (default: a new temporary folder)")
     ap.add_argument("--break", dest="broken", default="", choices=["", "swap"])
+    ap.add_argument("--parquet", action="store_true",
+                    help="lmeval mc reads the splits as Parquet (the harness still its JSONL of the same rows)")
     a = ap.parse_args()
-    tiny_hf.skip_unless_ready(("torch", "transformers", "lm_eval", "datasets"))
+    tiny_hf.skip_unless_ready(("torch", "transformers", "lm_eval", "datasets") + (("pyarrow",) if a.parquet else ()))
     tasks = [t for f, ts in FAMILIES.items() if a.family in ("all", f) for t in ts]
     if not tasks:
         print(f"unknown --family {a.family}: one of {', '.join(FAMILIES)}, all")
@@ -229,7 +246,7 @@ def main():
                       HF_DATASETS_CACHE=os.path.join(work, "datasets-cache"))
     hf = tiny_hf.make_llama3(os.path.join(work, "hf"), max_pos=2048, init_range=0.2)
     bench = os.path.join(work, "bench")
-    fixtures = write_fixtures(bench, tasks, a.items, a.broken)
+    fixtures = write_fixtures(bench, tasks, a.items, a.broken, a.parquet)
     names = write_yamls(os.path.join(work, "yaml"), bench + "-harness", tasks)
     ok = run_round(a, hf, bench, os.path.join(work, "yaml"), names, fixtures, tasks, 0, work)
     for k in sorted(set(FEWSHOT[t] for t in tasks if t in FEWSHOT)):

@@ -13,6 +13,7 @@
 #include <fstream>
 
 #include <fcntl.h>
+#include <sys/wait.h>
 #include <sys/file.h>
 #include <unistd.h>
 
@@ -21,10 +22,12 @@
 #include "core/file.h"
 #include "core/log.h"
 #include "corpus/corpus.h"
+#include "corpus/parquet.h"
 #include "data/shard.h"
 #include "data/shard_set.h"
 #include "eval/evaluate.h"
 #include "eval/run.h"
+#include "eval/tasks_bn.h"
 #include "model/generate.h"
 #include "model/safetensors.h"
 #include "tokenizer/train.h"
@@ -544,6 +547,54 @@ TEST_F(RunFolder, NllAndMcPrefixFollowTheTokenizersFraming) {
     fs::remove(mc.run.out);
   }
   fs::remove_all(legacy);
+}
+
+// Issue 41 item 1: lmeval mc on the Bangla group from the hub's Parquet (single files, shards)
+// gives per item the same requests, log-likelihoods and predictions as from the JSONL of the same
+// rows (tests/eval/bn_parquet_fixtures.py), 0-shot and 2-shot. The --log-samples lines are compared
+// byte for byte: equal tokens and equal float32 sums leave no tolerance to state.
+TEST_F(RunFolder, McBanglaFromParquetEqualsJsonl) {
+  if (!data::parquet_supported()) GTEST_SKIP() << "no Parquet support in this build";
+  const std::string fixtures = dir() + "/bn_parquet_" + std::to_string(::getpid());
+  fs::remove_all(fixtures);
+  const std::string cmd = std::string(LM_TEST_PYTHON) + " " + LM_SOURCE_DIR + "/tests/eval/bn_parquet_fixtures.py " +
+                          fixtures + " > " + fixtures + ".log 2>&1";
+  const int rc = std::system(cmd.c_str());
+  if (WIFEXITED(rc) && WEXITSTATUS(rc) == 77) GTEST_SKIP() << LM_TEST_PYTHON << " has no pyarrow";
+  ASSERT_EQ(rc, 0) << "bn_parquet_fixtures.py failed: " << read_file(fixtures + ".log").value_or("");
+  for (const int64_t k : {0, 2}) {
+    std::map<std::string, std::vector<std::string>> lines;
+    std::map<std::string, Json> results;
+    for (const std::string form : {"jsonl", "parquet"}) {
+      McOptions o;
+      o.run.run = run();
+      o.run.out = fixtures + "/mc_" + form + ".json";
+      o.data_dir = fixtures + "/" + form;
+      o.tasks = {"bangla"};
+      o.num_fewshot = k;
+      o.log_samples = fixtures + "/mc_" + form + ".jsonl";
+      auto j = run_mc(o);
+      LM_ASSERT_OK(j.status());
+      EXPECT_TRUE((*j)["missing"].empty()) << (*j)["missing"].dump();
+      results[form] = *j;
+      std::ifstream in(o.log_samples);
+      for (std::string l; std::getline(in, l);) lines[form].push_back(l);
+    }
+    ASSERT_GE(lines["jsonl"].size(), 60u) << k << "-shot";  // 10 tasks x 8 items, a few too long for 64 tokens
+    ASSERT_EQ(lines["parquet"].size(), lines["jsonl"].size()) << k << "-shot";
+    for (size_t i = 0; i < lines["jsonl"].size(); ++i)  // long Bangla lines: the line number only
+      EXPECT_TRUE(lines["parquet"][i] == lines["jsonl"][i]) << k << "-shot --log-samples line " << i + 1 << " differs";
+    for (const std::string& task : bangla_task_names()) {
+      Json a = results["jsonl"]["tasks"][task], b = results["parquet"]["tasks"][task];
+      EXPECT_NE(b["source"].get<std::string>().find(".parquet"), std::string::npos) << task;
+      a.erase("source");
+      b.erase("source");
+      EXPECT_EQ(b.dump(), a.dump()) << task << " " << k << "-shot";
+    }
+    EXPECT_EQ(results["parquet"]["groups"].dump(), results["jsonl"]["groups"].dump()) << k << "-shot";
+  }
+  fs::remove_all(fixtures);
+  fs::remove(fixtures + ".log");
 }
 
 }  // namespace
