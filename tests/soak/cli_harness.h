@@ -158,10 +158,19 @@ inline const char* kRunJson = R"({"train": {"steps": 9, "batch": {"micro_batch":
 // and renamed into place, so parallel test processes never see half a workspace.
 inline const fs::path& shared_ws() {
   static const fs::path ws = [] {
-    // v2: tokenizer.json records the framing and the shards hold bos + text + eos (issue 21 point 7).
-    // v3: every checkpoint holds manifest.json (issue 40).
-    const fs::path dir = fs::path(LM_BINARY_DIR) / "tests" / "soak" / "bad_input_ws_v3";
+    // Keyed by the lmtrain binary (size and modification time): a rebuilt lmtrain gets a fresh
+    // workspace, so a change to what fit writes (the optimizer file's per-group steps, say) never
+    // meets a reference written by an older binary (a hand-bumped version number once did).
+    const auto stamp = static_cast<unsigned long long>(fs::last_write_time(kLmtrain).time_since_epoch().count());
+    const std::string key = std::to_string(fs::file_size(kLmtrain)) + "-" + std::to_string(stamp);
+    const fs::path soak = fs::path(LM_BINARY_DIR) / "tests" / "soak";
+    const fs::path dir = soak / ("bad_input_ws_" + key);
     if (fs::exists(dir / "COMPLETE")) return dir;
+    std::error_code ignored;  // earlier binaries' workspaces (best effort: nothing uses them now)
+    for (const auto& e : fs::directory_iterator(soak, ignored))
+      if (e.path().filename().string().rfind("bad_input_ws_", 0) == 0 &&
+          e.path().filename().string().find(".tmp.") == std::string::npos)
+        fs::remove_all(e.path(), ignored);
     const fs::path tmp = dir.string() + ".tmp." + std::to_string(getpid());
     fs::remove_all(tmp);
     fs::create_directories(tmp);
