@@ -30,26 +30,69 @@ absl::StatusOr<Models> load_models(const RunOptions& o, const std::string& folde
   Models m;
   LM_ASSIGN_OR_RETURN(m.device, resolve_device(o.device, torch::cuda::is_available(), &m.device_why));
   if (m.device == "cuda") m.scorer.device = torch::Device(torch::kCUDA);
-  if (o.dtype != "fp32" && o.dtype != "bf16")
-    return absl::InvalidArgumentError("--dtype: expected fp32 or bf16, got '" + o.dtype + "'");
-  if (o.dtype == "bf16" && m.device != "cuda")
-    return absl::InvalidArgumentError("--dtype bf16 needs CUDA (device " + m.device + ": " + m.device_why +
-                                      "; CPU bf16 matmuls are slow and inexact here)");
+  if (o.dtype != "auto" && o.dtype != "fp32" && o.dtype != "bf16")
+    return absl::InvalidArgumentError("--dtype: expected auto, fp32 or bf16, got '" + o.dtype + "'");
   if (o.batch_size < 1) return absl::InvalidArgumentError("--batch-size must be >= 1");
   m.scorer.bf16 = o.dtype == "bf16";
+  m.dtype = m.scorer.bf16 ? "bf16" : "fp32";
+  m.dtype_why = o.dtype != "auto" ? "asked"
+                : m.device == "cuda"
+                    ? "auto: fp32 on cuda (bf16 not measured on a GPU yet; --dtype bf16 to change)"
+                    : "auto: fp32 (mc: bf16 moved 1 of 1,200 predictions of the demo model, docs/eval.md; nll checks "
+                      "bf16 on its first windows)";
   m.scorer.batch_size = o.batch_size;
   const bool primary = folder.empty();
   LM_ASSIGN_OR_RETURN(m.run, primary ? load_model_folder(o.run, o.step, o.seed) : load_model_folder(folder, -1, o.seed));
   if (o.twin && primary) m.twin = make_twin(m.run.config, m.run.seed);
-  const auto dt = m.scorer.bf16 ? torch::kBFloat16 : torch::kFloat32;
+  const auto dt = m.scorer.bf16 && m.device == "cuda" ? torch::kBFloat16 : torch::kFloat32;
   m.run.model->to(m.scorer.device, dt);
   if (m.twin) m.twin->to(m.scorer.device, dt);
   if (primary) choose_threads(o.threads, m.run.model, 128);
   log_info("%s %s: %s, %s, seed %d%s; device %s (%s), %s", primary ? "model" : "compare", m.run.dir,
            m.run.kind == "hf" ? std::string("HF checkpoint") : absl::StrCat("checkpoint step ", m.run.step),
            m.run.config.preset.empty() ? m.run.config.architecture : m.run.config.preset, m.run.seed,
-           o.twin && primary ? ", twin = init_weights(seed)" : "", m.device, m.device_why, o.dtype);
+           o.twin && primary ? ", twin = init_weights(seed)" : "", m.device, m.device_why,
+           o.dtype == "auto" ? "dtype auto" : m.dtype);
   return m;
+}
+
+absl::Status choose_nll_dtype(Models& m, const std::vector<std::vector<Window>>& windows, Models* compare) {
+  if (m.dtype_why.rfind("auto", 0) != 0 || m.device != "cpu") return absl::OkStatus();
+  constexpr int64_t kCheckTokens = 4096;  // scored tokens of the check, taken from each language in turn
+  std::vector<Window> check;
+  int64_t tokens = 0;
+  for (size_t i = 0; tokens < kCheckTokens; ++i) {
+    bool any = false;
+    for (const auto& lang : windows) {
+      if (i >= lang.size() || tokens >= kCheckTokens) continue;
+      check.push_back(lang[i]);
+      tokens += static_cast<int64_t>(lang[i].tokens.size()) - lang[i].first_target;
+      any = true;
+    }
+    if (!any) break;
+  }
+  ScorerOptions so = m.scorer;
+  so.progress_label.clear();
+  so.bf16 = false;
+  LM_ASSIGN_OR_RETURN(NllStats fp32, score_windows(check, make_model_scorer(m.run.model, so)));
+  so.bf16 = true;
+  LM_ASSIGN_OR_RETURN(NllStats bf16, score_windows(check, make_model_scorer(m.run.model, so)));
+  const double moved = std::abs(bf16.sum_nats - fp32.sum_nats) / std::max(std::abs(fp32.sum_nats), 1e-12);
+  const bool take = moved <= 1e-3;
+  m.scorer.bf16 = take;
+  m.dtype = take ? "bf16" : "fp32";
+  m.dtype_why = absl::StrFormat(
+      "auto: the first %d windows (%d scored tokens) move by %.5f%% in bf16 against fp32 (limit 0.1%%): %s",
+      check.size(), tokens, 100 * moved,
+      take ? "bf16 autocast, as fit --dtype bf16 trains" : "fp32 (--dtype bf16 forces bf16)");
+  if (compare != nullptr) {
+    compare->scorer.bf16 = take;
+    compare->dtype = m.dtype;
+    compare->dtype_why = "the model's choice: " + m.dtype_why;
+  }
+  if (take) log_info("dtype %s", m.dtype_why);
+  else log_warn("dtype %s", m.dtype_why);
+  return absl::OkStatus();
 }
 
 Scorer scorer_for(model::Transformer model, ScorerOptions so, const std::string& label) {
@@ -128,7 +171,8 @@ Json run_header(const Models& m, const RunOptions& o) {
               {"tokenizer_hash", m.run.tokenizer.hash()},
               {"device", m.device},
               {"device_rule", m.device_why},
-              {"dtype", o.dtype},
+              {"dtype", m.dtype},
+              {"dtype_rule", m.dtype_why},
               {"twin", !o.twin ? "not scored (pass --twin)"
                        : m.run.kind == "hf"
                            ? "Transformer(the checkpoint's config) after init_weights(--seed): a seeded random init"
@@ -419,6 +463,10 @@ absl::StatusOr<Json> run_nll(const NllOptions& o) {
   if (!o.run.compare.empty()) {
     LM_ASSIGN_OR_RETURN(compare, load_compare(o, m));
   }
+  std::vector<std::vector<Window>> all;
+  for (const auto& lw : langs) all.push_back(lw.windows);
+  LM_RETURN_IF_ERROR(choose_nll_dtype(m, all, compare ? &*compare : nullptr));
+  result["dtype"] = m.dtype, result["dtype_rule"] = m.dtype_why;
   for (const auto& lw : langs) LM_RETURN_IF_ERROR(score_language(m, o, lw, result, dump));
   if (compare) LM_RETURN_IF_ERROR(score_compare(*compare, o, result));
   if (!o.dump_tokens.empty()) {

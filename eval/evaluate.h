@@ -19,7 +19,9 @@ struct RunOptions {
   bool twin = false;
   int64_t batch_size = 16;
   std::string device = "auto";  // auto (cuda when visible, else cpu, as lmtrain fit) | cpu | cuda
-  std::string dtype = "fp32";  // fp32 | bf16 (bf16 only on cuda)
+  // auto | fp32 | bf16. auto: nll on the CPU in bf16 where its first windows move by at most 0.1%
+  // against fp32, else fp32; mc and CUDA in fp32 (docs/eval.md, "Speed and dtype").
+  std::string dtype = "auto";
   std::string out;            // result file; default runs/NAME/eval/<job>.json
   int threads = 0;            // --threads: > 0 forces; 0 measures 1 vs all cores (eval/run.h choose_threads)
   uint64_t seed = 0;          // --seed: the twin's init seed for an HF folder (a run folder uses its train.seed)

@@ -3,9 +3,65 @@
 #include <algorithm>
 #include <numeric>
 
+#include <ATen/autocast_mode.h>
+
 #include "core/log.h"
+#include "model/fused_ops.h"
 
 namespace lm::eval {
+namespace {
+
+// CPU bf16 autocast for the scope (restores the thread's previous state).
+class CpuAutocast {
+ public:
+  explicit CpuAutocast(bool on)
+      : was_(at::autocast::is_autocast_enabled(at::kCPU)), dtype_(at::autocast::get_autocast_dtype(at::kCPU)) {
+    at::autocast::set_autocast_enabled(at::kCPU, on);
+    if (on) at::autocast::set_autocast_dtype(at::kCPU, at::kBFloat16);
+  }
+  ~CpuAutocast() {
+    at::autocast::set_autocast_enabled(at::kCPU, was_);
+    at::autocast::set_autocast_dtype(at::kCPU, dtype_);
+    at::autocast::clear_cache();
+  }
+  CpuAutocast(const CpuAutocast&) = delete;
+  CpuAutocast& operator=(const CpuAutocast&) = delete;
+
+ private:
+  bool was_;
+  at::ScalarType dtype_;
+};
+
+// log p(target) of each row of h [N, C]: the LM head and the fp32 log-softmax a chunk of rows at a
+// time (~16 MB of logits, which stay in cache between the two), without writing the [N, V]
+// log-probabilities. On the CPU the log-sum-exp is lmforge's cross-entropy kernel, the one the
+// training step runs (cross_entropy.cpu: one pass per row, fp32 or bf16 logits); elsewhere ATen's
+// logsumexp in fp32. `autocast` runs the head under CPU bf16 autocast (bf16 logits).
+torch::Tensor head_log_probs(model::Transformer& model, const torch::Tensor& h, const torch::Tensor& targets,
+                             bool autocast) {
+  const int64_t n = h.size(0), V = model->config().vocab_size;
+  const int64_t chunk = std::max<int64_t>(16, (int64_t{16} << 20) / (4 * V));
+  std::vector<torch::Tensor> parts;
+  for (int64_t r0 = 0; r0 < n; r0 += chunk) {
+    const int64_t m = std::min(chunk, n - r0);
+    torch::Tensor logits;
+    {
+      CpuAutocast ac(autocast);
+      logits = model->head(h.narrow(0, r0, m)).contiguous();
+    }
+    auto t = targets.narrow(0, r0, m).contiguous();
+    if (logits.is_cpu()) {
+      parts.push_back(model::cpu_softmax_xent_rows(logits, t).neg_());
+    } else {
+      auto l = logits.to(torch::kFloat32);
+      auto lp = l.gather(1, t.unsqueeze(1)).squeeze(1) - torch::logsumexp(l, -1);
+      parts.push_back(lp.to(torch::kFloat64).cpu());
+    }
+  }
+  return parts.size() == 1 ? parts[0] : torch::cat(parts);
+}
+
+}  // namespace
 
 std::vector<std::vector<double>> score_requests(model::Transformer& model,
                                                 const std::vector<TokenRequest>& requests,
@@ -65,12 +121,16 @@ std::vector<std::vector<double>> score_requests(model::Transformer& model,
       scored_tokens += m;
     }
     // h: [B, T, C] -> only the scored positions [N, C] -> logits [N, V] -> log-probs (fp32)
-    auto h = model->hidden(tokens.to(opts.device));
+    const bool cpu_bf16 = opts.bf16 && opts.device.is_cpu();
     auto idx = torch::tensor(rows, torch::kInt64).to(opts.device);
-    auto picked = h.reshape({B * T, h.size(-1)}).index_select(0, idx);
-    auto logp = torch::log_softmax(model->head(picked).to(torch::kFloat32), -1);
     auto tgt = torch::tensor(tgts, torch::kInt64).to(opts.device);
-    auto lp = logp.gather(1, tgt.unsqueeze(1)).squeeze(1).to(torch::kFloat64).cpu();
+    torch::Tensor picked;
+    {
+      CpuAutocast ac(cpu_bf16);
+      auto h = model->hidden(tokens.to(opts.device));
+      picked = h.reshape({B * T, h.size(-1)}).index_select(0, idx);
+    }
+    auto lp = head_log_probs(model, picked, tgt, cpu_bf16);
     const double* p = lp.data_ptr<double>();
     size_t q = 0;
     for (int64_t k = 0; k < B; ++k) {

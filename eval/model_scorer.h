@@ -15,7 +15,9 @@ namespace lm::eval {
 struct ScorerOptions {
   int64_t batch_size = 16;  // sequences per forward pass
   torch::Device device = torch::kCPU;
-  bool bf16 = false;        // autocast-free bf16 weights (CUDA); log-softmax is always fp32
+  // bf16 matmuls: on CUDA bf16 weights; on CPU fp32 weights under bf16 autocast, as `fit --dtype
+  // bf16` trains (its fused CPU paths). The log-softmax is always fp32.
+  bool bf16 = false;
   std::string progress_label;  // empty: no progress line
 };
 

@@ -445,21 +445,37 @@ torch::Tensor cpu_fused_rms_norm(const torch::Tensor& x, const torch::Tensor& we
   return RmsNormFn::apply(x, weight, eps, static_cast<int64_t>(out_dtype));
 }
 
-double cpu_softmax_xent_(const torch::Tensor& logits, const torch::Tensor& targets, double grad_scale) {
+namespace {
+
+// The argument checks of both CPU cross-entropy entry points.
+void check_xent_args(const torch::Tensor& logits, const torch::Tensor& targets) {
   TORCH_CHECK(cpu_kernels_take(logits) && logits.dim() == 2 && logits.is_contiguous(), "cpu_softmax_xent_: logits ",
               logits.sizes(), " ", logits.scalar_type(), " on ", logits.device(),
               " must be contiguous fp32 or bf16 [n, V] on the CPU");
   TORCH_CHECK(targets.is_cpu() && targets.scalar_type() == torch::kInt64 && targets.dim() == 1 &&
                   targets.size(0) == logits.size(0) && targets.is_contiguous(),
               "cpu_softmax_xent_: targets ", targets.sizes(), " for logits ", logits.sizes(), " (int64, contiguous)");
-  const int64_t V = logits.size(1);
   if (targets.numel() > 0) {
     const auto [lo, hi] = torch::aminmax(targets);
-    TORCH_CHECK(lo.item<int64_t>() >= 0 && hi.item<int64_t>() < V, "cpu_softmax_xent_: a target is outside [0, ", V,
-                ")");
+    TORCH_CHECK(lo.item<int64_t>() >= 0 && hi.item<int64_t>() < logits.size(1),
+                "cpu_softmax_xent_: a target is outside [0, ", logits.size(1), ")");
   }
-  return kernels::cpu::softmax_xent(logits.data_ptr(), targets.data_ptr<int64_t>(), logits.size(0), V,
+}
+
+}  // namespace
+
+double cpu_softmax_xent_(const torch::Tensor& logits, const torch::Tensor& targets, double grad_scale) {
+  check_xent_args(logits, targets);
+  return kernels::cpu::softmax_xent(logits.data_ptr(), targets.data_ptr<int64_t>(), logits.size(0), logits.size(1),
                                     static_cast<float>(grad_scale), kernel_dtype(logits));
+}
+
+torch::Tensor cpu_softmax_xent_rows(const torch::Tensor& logits, const torch::Tensor& targets) {
+  check_xent_args(logits, targets);
+  auto nats = torch::empty({logits.size(0)}, torch::kFloat64);
+  kernels::cpu::softmax_xent_rows(logits.data_ptr(), targets.data_ptr<int64_t>(), logits.size(0), logits.size(1),
+                                  nats.data_ptr<double>(), kernel_dtype(logits));
+  return nats;
 }
 
 }  // namespace lm::model

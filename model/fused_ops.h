@@ -60,5 +60,8 @@ bool cpu_causal_attention_routes(torch::ScalarType dtype);
 // != 0 overwrites each row with grad_scale * (softmax(row) - onehot(target)) in its dtype. No
 // autograd (linear_cross_entropy's Function calls it). Targets int64 [n], each in [0, V).
 double cpu_softmax_xent_(const torch::Tensor& logits, const torch::Tensor& targets, double grad_scale);
+// -log softmax(logits)[target] per row (fp64 [n]) by the same kernel, the logits left unchanged:
+// evaluation's scoring ("cross_entropy.cpu" too). Same argument checks.
+torch::Tensor cpu_softmax_xent_rows(const torch::Tensor& logits, const torch::Tensor& targets);
 
 }  // namespace lm::model

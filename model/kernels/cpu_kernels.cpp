@@ -515,4 +515,12 @@ double softmax_xent(void* logits, const int64_t* targets, int64_t n, int64_t V, 
   return total;
 }
 
+void softmax_xent_rows(const void* logits, const int64_t* targets, int64_t n, int64_t V, double* nats, DType dt) {
+  at::parallel_for(0, n, row_grain(V), [&](int64_t lo, int64_t hi) {
+    std::vector<float> e(static_cast<size_t>(V));
+    // grad_scale 0: the rows are read, never written
+    xent_range(const_cast<void*>(logits), targets, V, 0.0f, e.data(), nats, lo, hi, dt);
+  });
+}
+
 }  // namespace lm::kernels::cpu

@@ -43,6 +43,9 @@ void add_rms_norm_backward(const void* dy, const void* ds_in, const void* s, con
 // no underflow fallback needed), and with `grad_scale` != 0 overwrites each row with
 // grad_scale * (softmax(row) - onehot(target)) in `dt`.
 double softmax_xent(void* logits, const int64_t* targets, int64_t n, int64_t V, float grad_scale, DType dt);
+// The same per row, no gradient, logits left as they are: nats[i] = -log softmax(row i)[target i]
+// (what evaluation scores).
+void softmax_xent_rows(const void* logits, const int64_t* targets, int64_t n, int64_t V, double* nats, DType dt);
 
 // fn(lo, hi) over ranges of [0, n) on ATen's intra-op threads: at::parallel_for splits work only
 // where it is compiled with OpenMP, as this library is (lm_model is not); ATen ops called inside

@@ -61,7 +61,7 @@ def main():
                            stdout=subprocess.DEVNULL)
         if a.lmeval and not dump:
             dump = os.path.join(a.work, "crosscheck_dump.json")
-            subprocess.run([a.lmeval, "nll", "--run", run, "--data", os.path.join(a.work, "shards"),
+            subprocess.run([a.lmeval, "nll", "--dtype", "fp32", "--run", run, "--data", os.path.join(a.work, "shards"),
                             "--max-tokens", "600", "--dump-tokens", dump,
                             "--out", os.path.join(a.work, "crosscheck_nll.json"), "-q"], check=True)
     if not run or not dump:

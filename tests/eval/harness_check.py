@@ -87,7 +87,7 @@ def export_scores_as_run(lmeval, run_dir, export, out):
         lines = ["The history of Bengal is long.", "বাংলা ভাষা"]
     open(text, "w", encoding="utf-8").write("\n".join(lines) + "\n")
     res = os.path.join(out, "nll_run_vs_export.json")
-    run([lmeval, "nll", "--run", run_dir, "--compare", export, "--text", text, "--docs", "harness", "--out", res, "-q"],
+    run([lmeval, "nll", "--dtype", "fp32", "--run", run_dir, "--compare", export, "--text", text, "--docs", "harness", "--out", res, "-q"],
         stdout=subprocess.DEVNULL)
     lang = json.load(open(res))["languages"]["text"]
     m, c = lang["model"], lang["compare"]

@@ -122,7 +122,7 @@ def main():
     text = os.path.join(work, "text.txt")
     open(text, "w", encoding="utf-8").write("\n".join(lines) + "\n")
     out = os.path.join(work, "nll.json")
-    subprocess.run([a.lmeval, "nll", "--run", llama, "--compare", qwen, "--text", text, "--docs", "harness",
+    subprocess.run([a.lmeval, "nll", "--dtype", "fp32", "--run", llama, "--compare", qwen, "--text", text, "--docs", "harness",
                     "--seq-len", str(a.seq_len), "--twin", "--seed", "3", "--out", out, "-q"], check=True)
     r = json.load(open(out))
     lang = r["languages"]["text"]

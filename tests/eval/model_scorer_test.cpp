@@ -90,6 +90,20 @@ TEST(ModelScorer, BatchedPaddedEqualsOneByOne) {
   }
 }
 
+// CPU bf16 (training's autocast, --dtype bf16 / auto) runs, and stays within 0.1% of fp32.
+// (fp32 through the CPU cross-entropy kernel against log_softmax: BatchedPaddedEqualsOneByOne.)
+TEST(ModelScorer, Bf16AutocastNearFp32) {
+  auto m = tiny(9, /*tied=*/false);
+  const auto windows = make_windows(random_ids(2000, 512, 4), 128, 0);
+  ScorerOptions so;
+  auto fp32 = score_windows(windows, make_model_scorer(m, so));
+  so.bf16 = true;
+  auto bf16 = score_windows(windows, make_model_scorer(m, so));
+  ASSERT_TRUE(fp32.ok() && bf16.ok());
+  EXPECT_NE(fp32->sum_nats, bf16->sum_nats);  // bf16 did run
+  EXPECT_NEAR(bf16->sum_nats / fp32->sum_nats, 1.0, 1e-3);
+}
+
 // Longer than max_seq_len + 1: the harness keeps the last L+1 tokens.
 TEST(ModelScorer, LongRequestsAreCutFromTheLeft) {
   auto m = tiny(5);

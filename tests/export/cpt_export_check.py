@@ -150,7 +150,7 @@ def lmforge_docs(a, runp, lines, work, tag):
     txt, dump = os.path.join(work, tag + ".txt"), os.path.join(work, tag + ".dump.json")
     with open(txt, "w", encoding="utf-8") as f:
         f.write("\n".join(lines) + "\n")
-    run([a.lmeval, "nll", "--run", runp, "--text", txt, "--dump-tokens", dump, "--out", os.path.join(work, tag + ".nll.json"), "-q"])
+    run([a.lmeval, "nll", "--dtype", "fp32", "--run", runp, "--text", txt, "--dump-tokens", dump, "--out", os.path.join(work, tag + ".nll.json"), "-q"])
     wins = next(iter(json.load(open(dump))["languages"].values()))
     stream = list(wins[0]["tokens"])
     for w in wins[1:]:

@@ -114,7 +114,7 @@ model = AutoModelForCausalLM.from_pretrained(f"{work}/hf", dtype=torch.float32).
 sents = [x.strip() + "।" for l in open(f"{work}/bn.txt", encoding="utf-8") for x in l.split("।") if x.strip()]
 lines = [x for x in sents if len(tok.encode(x, add_special_tokens=False)) <= 100][:60]
 open(f"{work}/bn-short.txt", "w", encoding="utf-8").write("\n".join(lines) + "\n")
-subprocess.run([sys.argv[4], "nll", "--run", f"{work}/run", "--text", f"{work}/bn-short.txt", "--docs", "harness",
+subprocess.run([sys.argv[4], "nll", "--dtype", "fp32", "--run", f"{work}/run", "--text", f"{work}/bn-short.txt", "--docs", "harness",
                 "--seq-len", "128", "--out", f"{work}/nll-short.json", "--quiet"], check=True)
 ours = json.load(open(f"{work}/nll-short.json"))["languages"]["text"]["model"]["bits_per_text_byte"]
 nats = nbytes = 0.0

@@ -183,7 +183,7 @@ def lmforge_ids(lmeval, run, lines, work, tag):
     txt, dump = os.path.join(work, tag + ".txt"), os.path.join(work, tag + ".dump.json")
     with open(txt, "w", encoding="utf-8") as f:
         f.write("\n".join(lines) + "\n")
-    subprocess.run([lmeval, "nll", "--run", run, "--text", txt, "--dump-tokens", dump, "--out",
+    subprocess.run([lmeval, "nll", "--dtype", "fp32", "--run", run, "--text", txt, "--dump-tokens", dump, "--out",
                     os.path.join(work, tag + ".nll.json"), "-q"], check=True, stdout=subprocess.DEVNULL)
     d = json.load(open(dump))
     wins = next(iter(d["languages"].values()))

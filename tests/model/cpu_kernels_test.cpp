@@ -252,6 +252,25 @@ TEST(CpuKernels, AttentionDoesNotDependOnTheThreadCount) {
   at::set_num_threads(saved);
 }
 
+TEST(CpuKernels, XentRowsEqualLogSoftmaxAndLeaveTheLogitsAlone) {
+  // Evaluation's per-row NLL (cpu_softmax_xent_rows) against ATen's log_softmax in fp32, on fp32
+  // and bf16 logits of a vocabulary that is not a multiple of the vector width.
+  for (auto dt : kDtypes) {
+    torch::manual_seed(11);
+    auto logits = (torch::randn({37, 8003}) * 4).to(dt);
+    auto targets = torch::randint(8003, {37}, torch::kInt64);
+    const auto before = logits.clone();
+    auto got = cpu_softmax_xent_rows(logits, targets);
+    auto want = -torch::log_softmax(logits.to(torch::kFloat32), -1).gather(1, targets.unsqueeze(1)).squeeze(1);
+    ASSERT_EQ(got.scalar_type(), torch::kFloat64);
+    EXPECT_TRUE(torch::allclose(got, want.to(torch::kFloat64), 1e-6, 2e-5)) << dt << " max |diff| "
+        << (got - want.to(torch::kFloat64)).abs().max().item<double>();
+    EXPECT_TRUE(torch::equal(logits, before)) << dt;
+    EXPECT_NEAR(got.sum().item<double>(), cpu_softmax_xent_(logits.clone(), targets, 0.0), 1e-6 * 37 * 10) << dt;
+  }
+  EXPECT_THROW(cpu_softmax_xent_rows(torch::zeros({2, 5}), torch::tensor({0, 5}, torch::kInt64)), c10::Error);
+}
+
 TEST(CpuKernels, TheKernelsTakeFp32AndBf16CpuTensorsOnly) {
   EXPECT_TRUE(cpu_kernels_take(torch::zeros({2}, torch::kBFloat16)));
   EXPECT_FALSE(cpu_kernels_take(torch::zeros({2}, torch::kFloat16)));
