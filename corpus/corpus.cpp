@@ -14,7 +14,9 @@
 #include <unordered_set>
 
 #include <unicode/bytestream.h>
+#include <unicode/locid.h>
 #include <unicode/normalizer2.h>
+#include <unicode/unistr.h>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -193,6 +195,29 @@ std::string nfc(std::string_view utf8) {
     out.clear();
     v.toUTF8String(out);
   }
+  return out;
+}
+
+std::string python_capitalize(std::string_view utf8) {
+  const icu::UnicodeString u = icu::UnicodeString::fromUTF8(icu::StringPiece(utf8.data(), static_cast<int32_t>(utf8.size())));
+  if (u.isEmpty()) return std::string();
+  const icu::Locale& root = icu::Locale::getRoot();
+  const int32_t n_first = U16_LENGTH(u.char32At(0));
+  icu::UnicodeString first(u, 0, n_first);
+  // The rest lower-cased in the context of the whole string (CPython lowers each character with
+  // the whole string around it: the final-sigma rule looks back past the first character).
+  icu::UnicodeString lower_all(u), lower_first(first), rest;
+  lower_all.toLower(root);
+  lower_first.toLower(root);
+  if (lower_all.startsWith(lower_first)) {
+    rest.setTo(lower_all, lower_first.length());
+  } else {
+    rest.setTo(u, n_first);
+    rest.toLower(root);
+  }
+  first.toTitle(nullptr, root, U_TITLECASE_WHOLE_STRING | U_TITLECASE_NO_BREAK_ADJUSTMENT | U_TITLECASE_NO_LOWERCASE);
+  std::string out;
+  (first + rest).toUTF8String(out);
   return out;
 }
 

@@ -119,6 +119,12 @@ absl::Status stop_reading();
 // NFC normalisation (ICU). Invalid UTF-8 sequences become U+FFFD.
 std::string nfc(std::string_view utf8);
 
+// Python's str.capitalize() (3.8+), as lm-evaluation-harness's task utils call it: the first code
+// point in its full title-case mapping (ß -> Ss, ǆ -> ǅ), the rest lower-cased in full with their
+// context (a word-final Greek sigma becomes ς), from ICU's root-locale case data. Invalid UTF-8
+// sequences become U+FFFD.
+std::string python_capitalize(std::string_view utf8);
+
 // True when `s` is well-formed UTF-8 (no overlongs, surrogates or values past U+10FFFF);
 // otherwise `bad_offset` (if given) is the byte offset of the first bad sequence.
 bool is_valid_utf8(std::string_view s, size_t* bad_offset = nullptr);

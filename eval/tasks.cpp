@@ -42,17 +42,6 @@ std::string replace_all(std::string s, const std::string& from, const std::strin
   return s;
 }
 
-// Python's str.capitalize() for the ASCII letters HellaSwag holds: first upper, rest lower.
-std::string capitalize(const std::string& s) {
-  std::string out = s;
-  for (size_t i = 0; i < out.size(); ++i) {
-    const unsigned char c = out[i];
-    if (c >= 0x80) continue;
-    out[i] = i == 0 ? static_cast<char>(std::toupper(c)) : static_cast<char>(std::tolower(c));
-  }
-  return out;
-}
-
 // First character lower-cased (ASCII), as COPA's convert_choice.
 std::string lower_first(const std::string& s) {
   if (s.empty()) return s;
@@ -427,7 +416,7 @@ McExample hellaswag_example(const std::string& query, const std::vector<std::str
 
 McExample hellaswag_from_fields(const std::string& activity_label, const std::string& ctx_a,
                                 const std::string& ctx_b, const std::vector<std::string>& endings, int label) {
-  const std::string query = hellaswag_preprocess(activity_label + ": " + ctx_a + " " + capitalize(ctx_b));
+  const std::string query = hellaswag_preprocess(activity_label + ": " + ctx_a + " " + data::python_capitalize(ctx_b));
   std::vector<std::string> pre;
   for (const auto& e : endings) pre.push_back(hellaswag_preprocess(e));
   return hellaswag_example(query, pre, label);

@@ -13,6 +13,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "core/log.h"
+#include "corpus/corpus.h"
 #include "corpus/parquet_rows.h"
 #include "corpus/text_file.h"
 #include "eval/py_random.h"
@@ -84,16 +85,6 @@ std::string okapi_preprocess(const std::string& text) {
   static const std::regex brackets("\\[.*?\\]");
   s = std::regex_replace(s, brackets, "");
   return replace_all(s, "  ", " ");
-}
-
-// Python's str.capitalize() on the ASCII letters (other scripts are uncased; Bangla is).
-std::string py_capitalize(const std::string& s) {
-  std::string out = s;
-  for (size_t i = 0; i < out.size(); ++i) {
-    const unsigned char c = out[i];
-    if (c < 0x80) out[i] = static_cast<char>(i == 0 ? std::toupper(c) : std::tolower(c));
-  }
-  return out;
 }
 
 // A field as Jinja's {{ }} prints it: a string as is, a number as Python's str(), null as None.
@@ -195,7 +186,7 @@ absl::StatusOr<BanglaDoc> okapi_doc(const std::string& task, const Json& d, cons
   }
   // hellaswag_bn: okapi hellaswag utils.process_docs, target "{{label.lstrip()}}".
   b.query = okapi_preprocess(text_of(d, "activity_label") + ": " + text_of(d, "ctx_a") + " " +
-                             py_capitalize(text_of(d, "ctx_b")));
+                             data::python_capitalize(text_of(d, "ctx_b")));
   for (const auto& e : d.at("endings")) b.choices.push_back(okapi_preprocess(e.get<std::string>()));
   Json label = d.at("label");
   if (label.is_string()) {
@@ -419,6 +410,33 @@ std::vector<std::string> bangla_task_names() {
 
 bool is_bangla_task(const std::string& name) { return find_spec(name) != nullptr; }
 
+namespace {
+
+// global_mmlu_bn is the harness's group of six subtasks, one per subject_category (utils.py's
+// CATEGORIES, each a filter on the test split): an item of any other category is in no subtask,
+// so the harness never scores it. Dropped here too, and counted.
+void drop_outside_categories(const std::string& source, std::vector<Json>& raw, std::vector<BanglaDoc>& docs) {
+  static const std::set<std::string> kCategories = {"Business", "Humanities", "Medical",
+                                                    "Other",    "STEM",       "Social Sciences"};
+  std::vector<Json> kept_raw;
+  std::vector<BanglaDoc> kept;
+  for (size_t i = 0; i < raw.size(); ++i) {
+    const Json& c = raw[i].contains("subject_category") ? raw[i]["subject_category"] : Json();
+    if (c.is_string() && kCategories.count(c.get<std::string>())) {
+      kept_raw.push_back(std::move(raw[i]));
+      kept.push_back(std::move(docs[i]));
+    }
+  }
+  if (kept.size() < raw.size())
+    log_warn("global_mmlu_bn: %d of %d items of %s have a subject_category outside the harness's six subtasks "
+             "(Business, Humanities, Medical, Other, STEM, Social Sciences): skipped, as the harness scores none of them",
+             raw.size() - kept.size(), raw.size(), source);
+  raw = std::move(kept_raw);
+  docs = std::move(kept);
+}
+
+}  // namespace
+
 absl::StatusOr<BanglaDoc> bangla_doc(const std::string& task, const Json& d, const std::string& where) {
   if (task == "belebele_ben_Beng") {
     BanglaDoc b;
@@ -453,6 +471,7 @@ absl::StatusOr<McTask> load_bangla_task(const std::string& name, const std::stri
   std::vector<Json> raw, pool_raw;
   std::vector<BanglaDoc> docs, pool;
   LM_RETURN_IF_ERROR(render_split(name, test_files, raw, docs));
+  if (name == "global_mmlu_bn") drop_outside_categories(t.source, raw, docs);
   if (k > 0) {
     LM_ASSIGN_OR_RETURN(const std::vector<std::string> fs_files, split_files(name, dir, spec->fewshot_split));
     if (fs_files.empty()) return not_found(name, dir, spec->fewshot_split, "the few-shot split for --num-fewshot");

@@ -181,6 +181,30 @@ TEST_F(CorpusTest, Utf8ValidatorRejectsOverlongsAndSurrogates) {
   EXPECT_EQ(lm::data::count_code_points("\xE0\xA6\xAC\xE0\xA6\xBE" "a"), 3);
 }
 
+// Expected values: CPython 3.11's str.capitalize() on each input (what the harness's hellaswag
+// utils call on ctx_b): full title case of the first code point, full context-aware lower case
+// of the rest.
+TEST(PythonCapitalize, EqualsCPython) {
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {"hello World", "Hello world"},
+      {"\xC3\xA9" "COLE", "\xC3\x89" "cole"},
+      {"\xC3\x9Ftra\xC3\x9F" "e", "Sstra\xC3\x9F" "e"},
+      {"\xC7\x86ungla", "\xC7\x85ungla"},
+      {"\xC4\xB0STANBUL", "\xC4\xB0stanbul"},
+      {"\xCE\x91\xCE\xA3", "\xCE\x91\xCF\x82"},
+      {"\xCE\x9F\xCE\x94\xCE\x9F\xCE\xA3 \xCE\x9F\xCE\x94\xCE\x9F\xCE\xA3", "\xCE\x9F\xCE\xB4\xCE\xBF\xCF\x82 \xCE\xBF\xCE\xB4\xCE\xBF\xCF\x82"},
+      {"(aBC", "(abc"},
+      {"\xEF\xAC\x81NE", "Fine"},
+      {"\xE0\xA6\xAC\xE0\xA6\xBE\xE0\xA6\x82\xE0\xA6\xB2\xE0\xA6\xBE TEXT", "\xE0\xA6\xAC\xE0\xA6\xBE\xE0\xA6\x82\xE0\xA6\xB2\xE0\xA6\xBE text"},
+      {"", ""},
+      {"123 ABC", "123 abc"},
+      {"\xC5\x89x", "\xCA\xBCNx"},
+      {"a", "A"},
+      {"\xC7\x84", "\xC7\x85"},
+  };
+  for (const auto& [in, want] : cases) EXPECT_EQ(lm::data::python_capitalize(in), want) << in;
+}
+
 TEST_F(CorpusTest, DocumentsAreNfcNormalised) {
   // e + combining acute -> é; Bengali ে (U+09C7) + া (U+09BE) -> ো (U+09CB);
   // য় precomposed U+09DF is a composition exclusion: NFC is য (U+09AF) + ় (U+09BC).

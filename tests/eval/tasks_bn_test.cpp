@@ -109,6 +109,22 @@ TEST(BanglaTasks, FewshotIsFirstNAndSkipsTheItemItself) {
   fs::remove_all(dir);
 }
 
+// global_mmlu_bn is six category subtasks in the harness: an item of another category (or none)
+// is in none of them, so it is skipped here too.
+TEST(BanglaTasks, GlobalMmluSkipsItemsOutsideTheSixCategories) {
+  const std::string dir = (fs::temp_directory_path() / ("lm_bn_gm_" + std::to_string(getpid()))).string();
+  fs::create_directories(dir + "/global_mmlu_bn");
+  std::ofstream g(dir + "/global_mmlu_bn/test.jsonl");
+  for (const char* cat : {R"("STEM")", R"("Cooking")", "null", R"("Social Sciences")"})
+    g << R"({"question":"q","option_a":"a","option_b":"b","option_c":"c","option_d":"d","answer":"A",)"
+      << R"("subject_category":)" << cat << "}\n";
+  g.close();
+  auto t = load_task("global_mmlu_bn", dir, 0, 0);
+  LM_ASSERT_OK(t.status());
+  ASSERT_EQ(t->examples.size(), 2u);
+  fs::remove_all(dir);
+}
+
 // CPython 3.11: random.Random(1234): getrandbits(32) x 3 = 4150886329, 3342196574, 1892932127;
 // then sample(range(10), 3), sample(range(10), 3), sample(range(400), 5), sample(range(30), 7) on
 // one generator = [7,1,0] [1,0,9] [50,392,181,121,8] [0,25,29,11,20,19,15] (pool and set algorithms).
