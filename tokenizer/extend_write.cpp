@@ -179,6 +179,7 @@ absl::Status write_extension_report(const ExtendResult& r, const TrainingSample&
                                     const std::string& dir) {
   ReportOptions ro = o.report;
   ro.encoder_name = "extended";
+  ro.shown_dir = o.out;  // `dir` is the staging folder, renamed to --out once everything is written
   EncoderFns base = encoder_fns(r.base);
   base.name = "base";
   TrainOptions recipe;

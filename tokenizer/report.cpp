@@ -333,7 +333,7 @@ absl::StatusOr<Json> write_report(const Tokenizer& tok, const TrainingSample& sa
   std::printf("encode speed: %.2f MB/s on 1 thread, %.2f MB/s on %d threads\n", mbs1, mbsn, threads);
   std::printf("long lines split at sentence ends: %ld, dropped: %ld; report in %s/fertility.json\n",
               static_cast<long>(sample.summary.long_lines_split), static_cast<long>(sample.summary.lines_dropped),
-              out_dir.c_str());
+              (o.shown_dir.empty() ? out_dir : o.shown_dir).c_str());
   return report;
 }
 

@@ -25,6 +25,8 @@ struct ReportOptions {
   bool json_stdout = false;
   bool print_table = true;                    // false: only fertility.json (the sweep prints its own table)
   std::string encoder_name;                   // the tokenizer's name in the rows (empty: its type)
+  std::string shown_dir;                      // the folder the closing line names (empty: out_dir; the
+                                              // final folder when out_dir is a staging one)
 };
 
 // What the report needs of a tokenizer, so the baseline (and a vocabulary extension's base) is

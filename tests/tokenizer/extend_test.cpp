@@ -144,6 +144,7 @@ std::string corpus_manifest() {
 
 struct Extended {
   std::string base_dir, dir;
+  std::string printed;  // what extend_tokenizer printed (the report)
   Tokenizer base, ext;
   lm::Json extension;
 };
@@ -163,7 +164,9 @@ const Extended* extended(const std::string& name, const std::string& split, int6
   ExtendOptions o;
   o.base = e.base_dir, o.corpus = corpus_manifest(), o.out = e.dir, o.add = add, o.split = split, o.guard = guard;
   o.report.report_chars = 20000;
+  testing::internal::CaptureStdout();
   auto r = extend_tokenizer(o);
+  e.printed = testing::internal::GetCapturedStdout();
   EXPECT_TRUE(r.ok()) << r.status();
   if (!base.ok() || !r.ok()) return nullptr;
   e.base = *base;
@@ -260,6 +263,9 @@ TEST(ExtendLlama3, BaseIdsKeptMarkFreeTextExactNewIdsReachable) {
   expect_base_pieces(*e);
   expect_bangla_shorter(*e);
   EXPECT_TRUE(fs::exists(e->dir + "/fertility.json"));
+  // The report's closing line names the folder the user asked for, not the staging folder.
+  EXPECT_NE(e->printed.find("report in " + e->dir + "/fertility.json"), std::string::npos) << e->printed;
+  EXPECT_EQ(e->printed.find(".tmp-extend"), std::string::npos) << e->printed;
   const lm::Json rep = lm::Json::parse(*lm::read_file(e->dir + "/fertility.json"));
   std::set<std::string> encoders;
   for (const auto& r : rep["rows"]) encoders.insert(r["encoder"].get<std::string>());
