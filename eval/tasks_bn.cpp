@@ -435,6 +435,23 @@ void drop_outside_categories(const std::string& source, std::vector<Json>& raw, 
   docs = std::move(kept);
 }
 
+// The items --limit keeps, in file order: the first `limit`, or (global_mmlu_bn, the harness's six
+// category subtasks, each limited on its own) the first `limit` of each category.
+std::vector<size_t> limited_items(const std::string& task, const std::vector<Json>& raw, int64_t limit) {
+  std::vector<size_t> keep;
+  std::map<std::string, int64_t> seen;
+  for (size_t i = 0; i < raw.size(); ++i) {
+    if (limit <= 0) {
+      keep.push_back(i);
+    } else if (task == "global_mmlu_bn") {
+      if (seen[raw[i].value("subject_category", std::string())]++ < limit) keep.push_back(i);
+    } else if (static_cast<int64_t>(keep.size()) < limit) {
+      keep.push_back(i);
+    }
+  }
+  return keep;
+}
+
 }  // namespace
 
 absl::StatusOr<BanglaDoc> bangla_doc(const std::string& task, const Json& d, const std::string& where) {
@@ -481,9 +498,8 @@ absl::StatusOr<McTask> load_bangla_task(const std::string& name, const std::stri
                                                      " documents, fewer than --num-fewshot ", k));
   }
   const bool same_split = spec->fewshot_split == spec->test_split;
-  const size_t n = limit > 0 ? std::min<size_t>(docs.size(), limit) : docs.size();
   RandomShots random_shots(pool_raw, pool, name == "global_mmlu_bn");
-  for (size_t i = 0; i < n; ++i) {
+  for (size_t i : limited_items(name, raw, limit)) {
     const Json* self = same_split ? &raw[i] : nullptr;
     const std::string shots = k == 0         ? ""
                               : spec->first_n ? first_n_block(pool_raw, pool, self, k)

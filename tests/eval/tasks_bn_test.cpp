@@ -110,18 +110,22 @@ TEST(BanglaTasks, FewshotIsFirstNAndSkipsTheItemItself) {
 }
 
 // global_mmlu_bn is six category subtasks in the harness: an item of another category (or none)
-// is in none of them, so it is skipped here too.
-TEST(BanglaTasks, GlobalMmluSkipsItemsOutsideTheSixCategories) {
+// is in none of them, so it is skipped here too; --limit applies to each category.
+TEST(BanglaTasks, GlobalMmluSkipsItemsOutsideTheSixCategoriesAndLimitsEach) {
   const std::string dir = (fs::temp_directory_path() / ("lm_bn_gm_" + std::to_string(getpid()))).string();
   fs::create_directories(dir + "/global_mmlu_bn");
   std::ofstream g(dir + "/global_mmlu_bn/test.jsonl");
-  for (const char* cat : {R"("STEM")", R"("Cooking")", "null", R"("Social Sciences")"})
+  for (const char* cat : {R"("STEM")", R"("Cooking")", "null", R"("Social Sciences")", R"("STEM")"})
     g << R"({"question":"q","option_a":"a","option_b":"b","option_c":"c","option_d":"d","answer":"A",)"
       << R"("subject_category":)" << cat << "}\n";
   g.close();
   auto t = load_task("global_mmlu_bn", dir, 0, 0);
   LM_ASSERT_OK(t.status());
-  ASSERT_EQ(t->examples.size(), 2u);
+  EXPECT_EQ(t->examples.size(), 3u);
+  // --limit N, as the harness applies it to each category subtask: the first N of each category.
+  auto one = load_task("global_mmlu_bn", dir, 1, 0);
+  LM_ASSERT_OK(one.status());
+  EXPECT_EQ(one->examples.size(), 2u);
   fs::remove_all(dir);
 }
 
