@@ -7,7 +7,6 @@
 #include "core/config.h"
 #include "eval/evaluate.h"
 #include "eval/model_scorer.h"
-#include "eval/nll.h"
 #include "eval/run.h"
 
 namespace lm::eval::internal {
@@ -24,11 +23,6 @@ struct Models {
 // o.twin. `folder` (non-empty) loads that folder instead with o's device, dtype and batch size:
 // the --compare model (latest checkpoint, no twin).
 absl::StatusOr<Models> load_models(const RunOptions& o, const std::string& folder = "");
-
-// --dtype auto for nll (issue 41): on the CPU, bf16 autocast (training's fused paths) where the
-// first windows' NLL (up to ~4k scored tokens) moves by at most 0.1% against fp32, else fp32; the
-// check's figures in m.dtype_why. The --compare model, when given, follows the same choice.
-absl::Status choose_nll_dtype(Models& m, const std::vector<std::vector<Window>>& windows, Models* compare);
 
 Scorer scorer_for(model::Transformer model, ScorerOptions so, const std::string& label);
 

@@ -56,45 +56,6 @@ absl::StatusOr<Models> load_models(const RunOptions& o, const std::string& folde
   return m;
 }
 
-absl::Status choose_nll_dtype(Models& m, const std::vector<std::vector<Window>>& windows, Models* compare) {
-  if (m.dtype_why.rfind("auto", 0) != 0 || m.device != "cpu") return absl::OkStatus();
-  constexpr int64_t kCheckTokens = 4096;  // scored tokens of the check, taken from each language in turn
-  std::vector<Window> check;
-  int64_t tokens = 0;
-  for (size_t i = 0; tokens < kCheckTokens; ++i) {
-    bool any = false;
-    for (const auto& lang : windows) {
-      if (i >= lang.size() || tokens >= kCheckTokens) continue;
-      check.push_back(lang[i]);
-      tokens += static_cast<int64_t>(lang[i].tokens.size()) - lang[i].first_target;
-      any = true;
-    }
-    if (!any) break;
-  }
-  ScorerOptions so = m.scorer;
-  so.progress_label.clear();
-  so.bf16 = false;
-  LM_ASSIGN_OR_RETURN(NllStats fp32, score_windows(check, make_model_scorer(m.run.model, so)));
-  so.bf16 = true;
-  LM_ASSIGN_OR_RETURN(NllStats bf16, score_windows(check, make_model_scorer(m.run.model, so)));
-  const double moved = std::abs(bf16.sum_nats - fp32.sum_nats) / std::max(std::abs(fp32.sum_nats), 1e-12);
-  const bool take = moved <= 1e-3;
-  m.scorer.bf16 = take;
-  m.dtype = take ? "bf16" : "fp32";
-  m.dtype_why = absl::StrFormat(
-      "auto: the first %d windows (%d scored tokens) move by %.5f%% in bf16 against fp32 (limit 0.1%%): %s",
-      check.size(), tokens, 100 * moved,
-      take ? "bf16 autocast, as fit --dtype bf16 trains" : "fp32 (--dtype bf16 forces bf16)");
-  if (compare != nullptr) {
-    compare->scorer.bf16 = take;
-    compare->dtype = m.dtype;
-    compare->dtype_why = "the model's choice: " + m.dtype_why;
-  }
-  if (take) log_info("dtype %s", m.dtype_why);
-  else log_warn("dtype %s", m.dtype_why);
-  return absl::OkStatus();
-}
-
 Scorer scorer_for(model::Transformer model, ScorerOptions so, const std::string& label) {
   so.progress_label = label;
   return make_model_scorer(model, so);
@@ -365,6 +326,50 @@ Json nll_result_header(const Models& m, const NllOptions& o, int64_t seq_len) {
   return result;
 }
 
+// --dtype auto for nll (issue 41): on the CPU, bf16 autocast (training's fused paths) where the
+// first windows' NLL (up to ~4k scored tokens, from each language in turn) moves by at most 0.1%
+// against fp32, else fp32; the check's figures in m.dtype_why. The --compare model, when given,
+// follows the same choice.
+absl::Status choose_nll_dtype(Models& m, const std::vector<LangWindows>& langs, Models* compare) {
+  if (m.device != "cpu") return absl::OkStatus();
+  constexpr int64_t kCheckTokens = 4096;  // scored tokens of the check, taken from each language in turn
+  std::vector<Window> check;
+  int64_t tokens = 0;
+  for (size_t i = 0; tokens < kCheckTokens; ++i) {
+    bool any = false;
+    for (const auto& lw : langs) {
+      if (i >= lw.windows.size() || tokens >= kCheckTokens) continue;
+      const Window& w = lw.windows[i];
+      check.push_back(w);
+      tokens += static_cast<int64_t>(w.tokens.size()) - w.first_target;
+      any = true;
+    }
+    if (!any) break;
+  }
+  ScorerOptions so = m.scorer;
+  so.progress_label.clear();
+  so.bf16 = false;
+  LM_ASSIGN_OR_RETURN(NllStats fp32, score_windows(check, make_model_scorer(m.run.model, so)));
+  so.bf16 = true;
+  LM_ASSIGN_OR_RETURN(NllStats bf16, score_windows(check, make_model_scorer(m.run.model, so)));
+  const double moved = std::abs(bf16.sum_nats - fp32.sum_nats) / std::max(std::abs(fp32.sum_nats), 1e-12);
+  const bool take = moved <= 1e-3;
+  m.scorer.bf16 = take;
+  m.dtype = take ? "bf16" : "fp32";
+  m.dtype_why = absl::StrFormat(
+      "auto: the first %d windows (%d scored tokens) move by %.5f%% in bf16 against fp32 (limit 0.1%%): %s",
+      check.size(), tokens, 100 * moved,
+      take ? "bf16 autocast, as fit --dtype bf16 trains" : "fp32 (--dtype bf16 forces bf16)");
+  if (compare != nullptr) {
+    compare->scorer.bf16 = take;
+    compare->dtype = m.dtype;
+    compare->dtype_why = "the model's choice: " + m.dtype_why;
+  }
+  if (take) log_info("dtype %s", m.dtype_why);
+  else log_warn("dtype %s", m.dtype_why);
+  return absl::OkStatus();
+}
+
 // Scores one language with the model (and the twin): its entry of result["languages"] and, with
 // --dump-tokens, of dump["languages"].
 absl::Status score_language(const Models& m, const NllOptions& o, const LangWindows& lw, Json& result, Json& dump) {
@@ -463,9 +468,7 @@ absl::StatusOr<Json> run_nll(const NllOptions& o) {
   if (!o.run.compare.empty()) {
     LM_ASSIGN_OR_RETURN(compare, load_compare(o, m));
   }
-  std::vector<std::vector<Window>> all;
-  for (const auto& lw : langs) all.push_back(lw.windows);
-  LM_RETURN_IF_ERROR(choose_nll_dtype(m, all, compare ? &*compare : nullptr));
+  if (o.run.dtype == "auto") LM_RETURN_IF_ERROR(choose_nll_dtype(m, langs, compare ? &*compare : nullptr));
   result["dtype"] = m.dtype, result["dtype_rule"] = m.dtype_why;
   for (const auto& lw : langs) LM_RETURN_IF_ERROR(score_language(m, o, lw, result, dump));
   if (compare) LM_RETURN_IF_ERROR(score_compare(*compare, o, result));

@@ -3,34 +3,12 @@
 #include <algorithm>
 #include <numeric>
 
-#include <ATen/autocast_mode.h>
-
 #include "core/log.h"
+#include "model/autocast.h"
 #include "model/fused_ops.h"
 
 namespace lm::eval {
 namespace {
-
-// CPU bf16 autocast for the scope (restores the thread's previous state).
-class CpuAutocast {
- public:
-  explicit CpuAutocast(bool on)
-      : was_(at::autocast::is_autocast_enabled(at::kCPU)), dtype_(at::autocast::get_autocast_dtype(at::kCPU)) {
-    at::autocast::set_autocast_enabled(at::kCPU, on);
-    if (on) at::autocast::set_autocast_dtype(at::kCPU, at::kBFloat16);
-  }
-  ~CpuAutocast() {
-    at::autocast::set_autocast_enabled(at::kCPU, was_);
-    at::autocast::set_autocast_dtype(at::kCPU, dtype_);
-    at::autocast::clear_cache();
-  }
-  CpuAutocast(const CpuAutocast&) = delete;
-  CpuAutocast& operator=(const CpuAutocast&) = delete;
-
- private:
-  bool was_;
-  at::ScalarType dtype_;
-};
 
 // log p(target) of each row of h [N, C]: the LM head and the fp32 log-softmax a chunk of rows at a
 // time (~16 MB of logits, which stay in cache between the two), without writing the [N, V]
@@ -46,7 +24,7 @@ torch::Tensor head_log_probs(model::Transformer& model, const torch::Tensor& h, 
     const int64_t m = std::min(chunk, n - r0);
     torch::Tensor logits;
     {
-      CpuAutocast ac(autocast);
+      model::AutocastGuard ac(h.device(), autocast);
       logits = model->head(h.narrow(0, r0, m)).contiguous();
     }
     auto t = targets.narrow(0, r0, m).contiguous();
@@ -126,7 +104,7 @@ std::vector<std::vector<double>> score_requests(model::Transformer& model,
     auto tgt = torch::tensor(tgts, torch::kInt64).to(opts.device);
     torch::Tensor picked;
     {
-      CpuAutocast ac(cpu_bf16);
+      model::AutocastGuard ac(opts.device, cpu_bf16);
       auto h = model->hidden(tokens.to(opts.device));
       picked = h.reshape({B * T, h.size(-1)}).index_select(0, idx);
     }

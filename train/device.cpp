@@ -1,7 +1,6 @@
 #include "train/device.h"
 
 #include <ATen/Context.h>
-#include <ATen/autocast_mode.h>
 
 #include <algorithm>
 #include <cctype>
@@ -153,18 +152,5 @@ void set_tf32(bool on) {
 }
 
 bool tf32_enabled() { return at::globalContext().allowTF32CuBLAS() && at::globalContext().allowTF32CuDNN(); }
-
-AutocastGuard::AutocastGuard(const torch::Device& device, bool enabled)
-    : enabled_(enabled), cuda_(device.is_cuda()) {
-  if (!enabled_) return;
-  at::autocast::set_autocast_enabled(cuda_ ? at::kCUDA : at::kCPU, true);
-  at::autocast::set_autocast_dtype(cuda_ ? at::kCUDA : at::kCPU, at::kBFloat16);
-}
-
-AutocastGuard::~AutocastGuard() {
-  if (!enabled_) return;
-  at::autocast::set_autocast_enabled(cuda_ ? at::kCUDA : at::kCPU, false);
-  at::autocast::clear_cache();
-}
 
 }  // namespace lm::train

@@ -3,6 +3,8 @@
 
 #include <torch/torch.h>
 
+#include "model/autocast.h"
+
 #include <string>
 #include <vector>
 
@@ -69,15 +71,7 @@ void set_tf32(bool on);
 // What the switch says now: "on" or "off" (for the start-up lines).
 bool tf32_enabled();
 
-// Enables bf16 autocast on `device` for its lifetime (fp32 master weights stay fp32).
-class AutocastGuard {
- public:
-  AutocastGuard(const torch::Device& device, bool enabled);
-  ~AutocastGuard();
-
- private:
-  bool enabled_;
-  bool cuda_;
-};
+// bf16 autocast for a scope (model/autocast.h, shared with evaluation).
+using AutocastGuard = model::AutocastGuard;
 
 }  // namespace lm::train
