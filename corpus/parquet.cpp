@@ -9,6 +9,8 @@
 #include <parquet/file_reader.h>
 #include <parquet/metadata.h>
 #include <parquet/schema.h>
+
+#include "corpus/parquet_internal.h"
 #endif
 
 namespace lm::data {
@@ -47,19 +49,29 @@ uint64_t parquet_uncompressed_bytes(const std::string& path) {
   }
 }
 
-namespace {
+namespace internal {
 
-// Arrow's errors carry no file name: add it, and what to do.
-absl::Status corrupt(const std::string& path, const arrow::Status& st) {
-  return absl::DataLossError(
-      absl::StrCat(path, ": cannot read as Parquet: ", st.ToString(), " (corrupt or truncated file?)"));
+absl::Status parquet_corrupt(const std::string& path, const std::string& why) {
+  return absl::DataLossError(absl::StrCat(path, ": cannot read as Parquet: ", why, " (corrupt or truncated file?)"));
 }
+
+absl::StatusOr<std::unique_ptr<parquet::arrow::FileReader>> open_parquet(const std::string& path) {
+  auto file = arrow::io::ReadableFile::Open(path);
+  if (!file.ok()) return absl::NotFoundError(absl::StrCat(path, ": cannot open: ", file.status().ToString()));
+  auto opened = parquet::arrow::OpenFile(*file, arrow::default_memory_pool());
+  if (!opened.ok()) return parquet_corrupt(path, opened.status().ToString());
+  return std::move(*opened);
+}
+
+}  // namespace internal
+
+namespace {
 
 // The leaf column index of a top-level string column, or an error naming the columns and types.
 absl::StatusOr<int> string_column(const std::string& path, parquet::arrow::FileReader& reader,
                                   const std::string& column) {
   std::shared_ptr<arrow::Schema> schema;
-  if (auto st = reader.GetSchema(&schema); !st.ok()) return corrupt(path, st);
+  if (auto st = reader.GetSchema(&schema); !st.ok()) return internal::parquet_corrupt(path, st.ToString());
   const std::shared_ptr<arrow::Field> field = schema->GetFieldByName(column);
   if (field == nullptr) {
     std::string names;
@@ -95,17 +107,14 @@ absl::Status each_value(const arrow::Array& chunk, int64_t& row, ParquetCounts& 
 
 absl::StatusOr<ParquetCounts> read_values(const std::string& path, const std::string& column,
                                           const std::function<absl::Status(std::string_view, int64_t)>& fn) {
-  auto file = arrow::io::ReadableFile::Open(path);
-  if (!file.ok()) return absl::NotFoundError(absl::StrCat(path, ": cannot open: ", file.status().ToString()));
-  auto opened = parquet::arrow::OpenFile(*file, arrow::default_memory_pool());
-  if (!opened.ok()) return corrupt(path, opened.status());
-  parquet::arrow::FileReader& reader = **opened;
+  LM_ASSIGN_OR_RETURN(const auto opened, internal::open_parquet(path));
+  parquet::arrow::FileReader& reader = *opened;
   LM_ASSIGN_OR_RETURN(const int leaf, string_column(path, reader, column));
   ParquetCounts counts;
   int64_t row = 0;
   for (int g = 0; g < reader.num_row_groups(); ++g) {
     auto table = reader.ReadRowGroup(g, {leaf});
-    if (!table.ok()) return corrupt(path, table.status());
+    if (!table.ok()) return internal::parquet_corrupt(path, table.status().ToString());
     for (const auto& chunk : (*table)->column(0)->chunks()) {
       const bool large = chunk->type_id() == arrow::Type::LARGE_STRING;
       LM_RETURN_IF_ERROR(large ? each_value<arrow::LargeStringArray>(*chunk, row, counts, fn)
@@ -125,7 +134,7 @@ absl::StatusOr<ParquetCounts> for_each_parquet_value(
   try {  // parquet::arrow returns Status, but parts of Parquet's reader throw ParquetException
     return read_values(path, column, fn);
   } catch (const std::exception& e) {
-    return absl::DataLossError(absl::StrCat(path, ": cannot read as Parquet: ", e.what(), " (corrupt or truncated file?)"));
+    return internal::parquet_corrupt(path, e.what());
   }
 }
 

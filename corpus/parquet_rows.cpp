@@ -6,6 +6,8 @@
 #include <arrow/api.h>
 #include <arrow/io/file.h>
 #include <parquet/arrow/reader.h>
+
+#include "corpus/parquet_internal.h"
 #endif
 
 namespace lm::data {
@@ -119,15 +121,11 @@ Json value_at(const arrow::Array& a, int64_t i) {
   }
 }
 
-absl::Status corrupt(const std::string& path, const std::string& why) {
-  return absl::DataLossError(absl::StrCat(path, ": cannot read as Parquet: ", why, " (corrupt or truncated file?)"));
-}
-
 // Converts one row group and hands its rows to fn; `next` is the file's index of its first row.
 absl::Status row_group_rows(const std::string& path, parquet::arrow::FileReader& reader, int g, int64_t& next,
                             const std::function<absl::Status(Json&&, int64_t)>& fn) {
   auto table = reader.ReadRowGroup(g);
-  if (!table.ok()) return corrupt(path, table.status().ToString());
+  if (!table.ok()) return internal::parquet_corrupt(path, table.status().ToString());
   const arrow::Table& t = **table;
   std::vector<Json> rows(static_cast<size_t>(t.num_rows()), Json::object());
   for (int c = 0; c < t.num_columns(); ++c) {
@@ -141,13 +139,10 @@ absl::Status row_group_rows(const std::string& path, parquet::arrow::FileReader&
 }
 
 absl::StatusOr<int64_t> read_rows(const std::string& path, const std::function<absl::Status(Json&&, int64_t)>& fn) {
-  auto file = arrow::io::ReadableFile::Open(path);
-  if (!file.ok()) return absl::NotFoundError(absl::StrCat(path, ": cannot open: ", file.status().ToString()));
-  auto opened = parquet::arrow::OpenFile(*file, arrow::default_memory_pool());
-  if (!opened.ok()) return corrupt(path, opened.status().ToString());
-  parquet::arrow::FileReader& reader = **opened;
+  LM_ASSIGN_OR_RETURN(const auto opened, internal::open_parquet(path));
+  parquet::arrow::FileReader& reader = *opened;
   std::shared_ptr<arrow::Schema> schema;
-  if (auto st = reader.GetSchema(&schema); !st.ok()) return corrupt(path, st.ToString());
+  if (auto st = reader.GetSchema(&schema); !st.ok()) return internal::parquet_corrupt(path, st.ToString());
   for (const auto& f : schema->fields()) LM_RETURN_IF_ERROR(check_type(path, f->name(), *f->type()));
   int64_t next = 0;
   for (int g = 0; g < reader.num_row_groups(); ++g) LM_RETURN_IF_ERROR(row_group_rows(path, reader, g, next, fn));
@@ -161,7 +156,7 @@ absl::StatusOr<int64_t> for_each_parquet_row(const std::string& path,
   try {  // parts of Parquet's reader throw ParquetException
     return read_rows(path, fn);
   } catch (const std::exception& e) {
-    return corrupt(path, e.what());
+    return internal::parquet_corrupt(path, e.what());
   }
 }
 
