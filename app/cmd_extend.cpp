@@ -43,7 +43,7 @@ void add_extend_model(CLI::App& app, Registry& reg) {
                                  "(lmtrain tokenizer --extend)");
   sub->add_option("--hf", o.hf_dir, "the base HF checkpoint folder (config.json, safetensors)")->required();
   sub->add_option("--tokenizer", o.tokenizer_dir,
-                  "the extended tokenizer folder (extension.json, hf-tokenizer.json)")->required();
+                  "the extended tokenizer folder (extension.json, hf-tokenizer.json or tokenizer.model)")->required();
   sub->add_option("--out", o.out, "the extended HF checkpoint folder to write")->required();
   sub->add_option("--seed", o.seed, "seed of the normal draws for new rows without base pieces")->capture_default_str();
   sub->add_flag("--force", o.force, "replace an existing --out folder");

@@ -48,7 +48,7 @@ absl::Status run_extend(TokenizerCmd& c, CLI::App* sub) {
   log_info("wrote %s: %s extended by %ld tokens (%ld learned, %ld pruned as unreachable), vocab %d -> %d, split %s, "
            "hash %s, in %s",
            c.out, e.base, static_cast<long>(r.learned - r.pruned), static_cast<long>(r.learned),
-           static_cast<long>(r.pruned), r.base.vocab_size(), r.extended.vocab_size(), e.split, r.extended.hash(),
+           static_cast<long>(r.pruned), r.base.vocab_size(), r.extended.vocab_size(), r.split, r.extended.hash(),
            format_duration(r.seconds));
   return absl::OkStatus();
 }
@@ -112,18 +112,20 @@ constexpr const char* kExamples =
     "  lmtrain tokenizer --import Llama-3.2-1B/ --out tok-llama3/\n"
     "  lmtrain tokenizer --extend tok-llama3/ --corpus bn.json --add 32000 --split llama3-marks --out tok-ext/ \\\n"
     "      --parallel bn_en_parallel.jsonl.gz --parallel-corpora SUPara-benchmark:test2018,SIPC:test\n"
+    "  lmtrain tokenizer --extend Llama-2-7b-hf/ --corpus bn.json --add 16000 --out tok-llama2-ext/\n"
     "Then: lmtrain prepare --corpus corpus.json --tokenizer tok/ --out shards/ (docs/tokenizer.md).";
 
 // --extend and its options (tokenizer/extend.h).
 void add_extend_options(CLI::App* sub, tokenizer::ExtendOptions& e) {
   sub->add_option("--extend", e.base,
                   "a tokenizer folder made by --import (or an HF checkpoint folder): learn up to --add new BPE "
-                  "tokens for Bangla on --corpus, appended after its ids (docs/tokenizer.md, \"Vocabulary extension\")");
+                  "tokens for Bangla on --corpus, appended after its ids (docs/tokenizer.md, \"Vocabulary extension\"); "
+                  "a SentencePiece base (Llama 2's tokenizer.model) gets new pieces scored after all of its own");
   sub->add_option("--add", e.add, "--extend: new tokens at most");
   sub->add_option("--split", e.split,
                   "--extend: the split pattern, which keeps combining marks in words: llama3-marks (Llama 3 bases; "
                   "not GGUF-exportable), qwen35 (Qwen2 bases; llama.cpp's qwen35), gpt-4o (llama.cpp's gpt-4o; "
-                  "~1% of English lines change)")
+                  "~1% of English lines change); a SentencePiece base keeps its own whitespace words")
       ->capture_default_str();
   sub->add_option("--guard", e.guard,
                   "--extend: what a new token must hold, so text without it tokenizes exactly as the base: "

@@ -268,11 +268,16 @@ absl::Status write_side_files(const ExtendModelOptions& o, Json config, const Vo
   }
   const fs::path tok(o.tokenizer_dir), base(o.hf_dir);
   std::error_code ec;
+  // The extended tokenizer in the file an HF folder holds it in: a byte-level BPE as tokenizer.json,
+  // a SentencePiece base's (Llama 2) as tokenizer.model; the base's other tokenizer file (Llama 2's
+  // tokenizer.json) is not copied, since it would name the old vocabulary.
   if (fs::exists(tok / "hf-tokenizer.json", ec)) {
     LM_RETURN_IF_ERROR(copy_bytes(tok / "hf-tokenizer.json", tmp / "tokenizer.json"));
+  } else if (fs::exists(tok / "tokenizer.model", ec)) {
+    LM_RETURN_IF_ERROR(copy_bytes(tok / "tokenizer.model", tmp / "tokenizer.model"));
   } else {
-    return absl::NotFoundError(absl::StrCat(o.tokenizer_dir, ": no hf-tokenizer.json (the extended HF tokenizer that "
-                                            "'lmtrain tokenizer --extend' writes)"));
+    return absl::NotFoundError(absl::StrCat(o.tokenizer_dir, ": no hf-tokenizer.json or tokenizer.model (the extended "
+                                            "tokenizer that 'lmtrain tokenizer --extend' writes)"));
   }
   LM_RETURN_IF_ERROR(copy_bytes(tok / kVocabExtensionFile, tmp / kVocabExtensionFile));
   for (const char* f : {"tokenizer_config.json", "generation_config.json", "special_tokens_map.json"})

@@ -1,7 +1,8 @@
 // `lmtrain extend-model`: an HF checkpoint grown to an extended vocabulary (issue 37, part 3).
 // `lmtrain tokenizer --extend` writes EXT_TOK/extension.json (format "lmforge-vocab-extension/1":
 // base_tokenizer_hash, base_vocab_size, vocab_size, new_tokens [{id, token, bytes_hex,
-// base_pieces}]) beside the extended hf-tokenizer.json; this grows the checkpoint to match:
+// base_pieces}]) beside the extended hf-tokenizer.json (or tokenizer.model); this grows the
+// checkpoint to match:
 //   - config.json: vocab_size = the extension's vocab_size, every other key as it was;
 //   - model.embed_tokens.weight and (untied) lm_head.weight: rows [0, base) byte-for-byte as stored,
 //     a new token's row the mean of its base pieces' rows (computed in fp32, stored in the
@@ -10,7 +11,8 @@
 //     when that covariance is not positive definite;
 //   - every other tensor copied out of the read-only mapping file by file, page by page: the
 //     checkpoint never sits in RAM (the grown matrices' new rows do, in fp32);
-//   - tokenizer.json = EXT_TOK/hf-tokenizer.json; tokenizer_config.json, generation_config.json,
+//   - tokenizer.json = EXT_TOK/hf-tokenizer.json (or tokenizer.model = EXT_TOK/tokenizer.model for a
+//     SentencePiece base, Llama 2); tokenizer_config.json, generation_config.json,
 //     special_tokens_map.json copied; extension.json copied (it marks the folder as extended).
 // Logits of base-vocabulary input are then bit-identical to the base's on the base columns: the
 // old rows and every other weight are the same bytes.
@@ -47,7 +49,7 @@ absl::StatusOr<VocabExtension> read_vocab_extension(const std::string& path);
 
 struct ExtendModelOptions {
   std::string hf_dir;         // the base checkpoint
-  std::string tokenizer_dir;  // holds extension.json and hf-tokenizer.json
+  std::string tokenizer_dir;  // holds extension.json and hf-tokenizer.json or tokenizer.model
   std::string out;
   bool force = false;   // replace an existing `out`
   uint64_t seed = 0;    // the fallback's normal draws

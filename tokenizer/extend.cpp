@@ -84,11 +84,17 @@ absl::StatusOr<BaseTokenizer> load_base(const std::string& dir, const std::strin
     return absl::Status(loaded.status().code(),
                         absl::StrCat("base tokenizer: ", loaded.status().message()));
   b.tok = *std::move(loaded);
-  if (b.tok.type() != kTypeHfBpe)
-    return absl::UnimplementedError(absl::StrCat(
-        where, ": a SentencePiece tokenizer (", b.tok.type(),
-        ", e.g. Llama 2's tokenizer.model): extending it is not implemented (its pieces are scored unigram/BPE "
-        "pieces, not byte-level merges); extend a byte-level BPE base (Llama 3, Qwen2) instead"));
+  LM_ASSIGN_OR_RETURN(std::string meta_text, read_file(dir + "/" + kMetaFile));
+  b.meta = Json::parse(meta_text);
+  if (b.tok.type() != kTypeHfBpe) {
+    if (!b.tok.spm_words())
+      return absl::UnimplementedError(absl::StrCat(
+          where, ": a SentencePiece model that is not a BPE tokenizer.model with Llama 2's settings (identity "
+          "normalizer, whitespace-split words, no user-defined pieces): extending it is not implemented; extend "
+          "Llama 2's tokenizer.model or a byte-level BPE base (Llama 3, Qwen2)"));
+    LM_ASSIGN_OR_RETURN(b.spm_bytes, read_file(dir + "/" + b.meta.value("model_file", std::string(kForeignSpmFile))));
+    return b;
+  }
   const HfBpe& hf = *b.tok.hf();
   if (b.tok.vocab_size() < hf.vocab_size())
     return absl::FailedPreconditionError(absl::StrCat(where, "/", kMetaFile, ": vocab_size ", b.tok.vocab_size(),
@@ -96,8 +102,6 @@ absl::StatusOr<BaseTokenizer> load_base(const std::string& dir, const std::strin
                                                       " ids (the tokenizer does not belong to the checkpoint)"));
   LM_ASSIGN_OR_RETURN(std::string hf_text, read_file(dir + "/" + kHfJsonFile));
   b.hf_json = Json::parse(hf_text);
-  LM_ASSIGN_OR_RETURN(std::string meta_text, read_file(dir + "/" + kMetaFile));
-  b.meta = Json::parse(meta_text);
   return b;
 }
 
@@ -182,13 +186,31 @@ absl::Status move_into_place(const std::string& tmp, const std::string& out) {
 }
 
 // The folder in `tmp`, checked by loading it, then renamed to o.out.
-absl::Status write_all(const BaseTokenizer& base, NewTokens& tokens, const Corpus& corpus,
-                       const TrainingSample& sample, const ExtendOptions& o, const std::string& pattern,
+absl::Status write_all(const ExtensionWriter& write, const TrainingSample& sample, const ExtendOptions& o,
                        const std::string& tmp, ExtendResult& r) {
-  LM_ASSIGN_OR_RETURN(r.pruned, write_extension(base, tokens, corpus, o, pattern, tmp));
+  LM_ASSIGN_OR_RETURN(r.pruned, write(tmp));
   LM_ASSIGN_OR_RETURN(r.extended, Tokenizer::load(tmp));
   LM_RETURN_IF_ERROR(write_extension_report(r, sample, o, tmp));
   return move_into_place(tmp, o.out);
+}
+
+// The byte-level BPE path: new merges after the base's, under the new split pattern.
+absl::StatusOr<ExtensionWriter> prepare_bpe_extension(const ExtendOptions& o, const BaseTokenizer& b,
+                                                      const TrainingSample& sample, ExtendResult& r) {
+  LM_ASSIGN_OR_RETURN(const std::string pattern, split_pattern(o.split));
+  LM_ASSIGN_OR_RETURN(Splitter split, Splitter::make(pattern, "--split"));
+  auto corpus = std::make_shared<Corpus>(count_words(sample, *b.tok.hf(), split, o.guard));
+  log_info("%s words, %s distinct ones can take a new token (guard %s); learning up to %ld merges after the base's %zu",
+           format_count(static_cast<double>(corpus->words)), format_count(static_cast<double>(corpus->text.size())),
+           o.guard, static_cast<long>(o.add), b.tok.hf()->merge_count());
+  auto tokens = std::make_shared<NewTokens>(train(*corpus, b, o));
+  r.learned = static_cast<int64_t>(tokens->merges.size());
+  r.split = o.split;
+  r.words = corpus->words;
+  r.distinct_words = static_cast<int64_t>(corpus->text.size());
+  return ExtensionWriter([&b, tokens, corpus, o, pattern](const std::string& dir) {
+    return write_extension(b, *tokens, *corpus, o, pattern, dir);
+  });
 }
 
 absl::StatusOr<std::string> import_if_hf(const ExtendOptions& o, std::string* imported) {
@@ -211,23 +233,16 @@ absl::StatusOr<ExtendResult> extend_tokenizer(const ExtendOptions& o) {
   auto base = load_base(base_dir, o.base);
   if (!imported.empty()) LM_RETURN_IF_ERROR(remove_tree(imported));
   LM_RETURN_IF_ERROR(base.status());
-  LM_ASSIGN_OR_RETURN(const std::string pattern, split_pattern(o.split));
-  LM_ASSIGN_OR_RETURN(Splitter split, Splitter::make(pattern, "--split"));
-  LM_RETURN_IF_ERROR(check_base_json(*base, o.base));
+  const bool spm = base->tok.type() == kTypeSentencePiece;
+  if (!spm) LM_RETURN_IF_ERROR(check_base_json(*base, o.base));
   LM_ASSIGN_OR_RETURN(TrainingSample sample, read_corpus(o));
-  Corpus corpus = count_words(sample, *base->tok.hf(), split, o.guard);
-  log_info("%s words, %s distinct ones can take a new token (guard %s); learning up to %ld merges after the base's %zu",
-           format_count(static_cast<double>(corpus.words)), format_count(static_cast<double>(corpus.text.size())),
-           o.guard, static_cast<long>(o.add), base->tok.hf()->merge_count());
-  NewTokens tokens = train(corpus, *base, o);
   ExtendResult r;
-  r.learned = static_cast<int64_t>(tokens.merges.size());
-  r.words = corpus.words;
-  r.distinct_words = static_cast<int64_t>(corpus.text.size());
+  r.base = base->tok;
+  LM_ASSIGN_OR_RETURN(ExtensionWriter write, spm ? prepare_spm_extension(o, *base, sample, r)
+                                                 : prepare_bpe_extension(o, *base, sample, r));
   const std::string tmp = o.out + ".tmp-extend";
   LM_RETURN_IF_ERROR(remove_tree(tmp));
-  r.base = base->tok;
-  if (absl::Status s = write_all(*base, tokens, corpus, sample, o, pattern, tmp, r); !s.ok()) {
+  if (absl::Status s = write_all(write, sample, o, tmp, r); !s.ok()) {
     (void)remove_tree(tmp);  // a failed extension leaves nothing behind
     return s;
   }

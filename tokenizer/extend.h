@@ -1,4 +1,5 @@
 // Vocabulary extension: 'lmtrain tokenizer --extend BASE_TOK --corpus C --add N --split S --out EXT'.
+// A SentencePiece BPE base (Llama 2's tokenizer.model) takes another path: extend_spm.cpp.
 // From an imported byte-level BPE tokenizer (Llama 3, Qwen2) and a corpus, learns up to N new BPE
 // merges for Bangla and writes a tokenizer folder whose vocabulary is the base's plus the new tokens:
 //   - the corpus is cut with the new split pattern (S: llama3-marks, qwen35 or gpt-4o, which keep
@@ -59,6 +60,7 @@ struct ExtendResult {
   int64_t learned = 0;  // merges the trainer chose
   int64_t pruned = 0;   // of them, dropped as unreachable (or built on one)
   int64_t words = 0, distinct_words = 0;
+  std::string split;  // the --split used, or "sentencepiece-words" (a SentencePiece base's own words)
   double seconds = 0;
 };
 

@@ -2,6 +2,7 @@
 // extend_write.cpp (the extended tokenizer.json, pruning, the output folder). Not a public API.
 #pragma once
 
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -16,6 +17,7 @@ struct BaseTokenizer {
   Tokenizer tok;  // vocab_size(): the checkpoint's rows, where new ids start
   Json hf_json;   // its hf-tokenizer.json
   Json meta;      // its tokenizer.json
+  std::string spm_bytes;  // its tokenizer.model (a SentencePiece base)
   std::string dir;
 };
 
@@ -41,6 +43,20 @@ absl::Status check_base_json(const BaseTokenizer& b, const std::string& where);
 // how many were pruned.
 absl::StatusOr<int64_t> write_extension(const BaseTokenizer& b, NewTokens& t, const Corpus& corpus,
                                         const ExtendOptions& o, const std::string& pattern, const std::string& dir);
+
+// Writes the extended tokenizer's model files (tokenizer.json, the model, extension.json) into
+// `dir` (made) after the reachability pruning; returns how many new tokens were pruned.
+using ExtensionWriter = std::function<absl::StatusOr<int64_t>(const std::string& dir)>;
+
+// The SentencePiece path (extend_spm.cpp): learns the new pieces of a BPE tokenizer.model (Llama 2)
+// and fills r's counts; the writer writes them. `b` must outlive the writer.
+absl::StatusOr<ExtensionWriter> prepare_spm_extension(const ExtendOptions& o, const BaseTokenizer& b,
+                                                      const TrainingSample& sample, ExtendResult& r);
+
+// Lower-case hex of bytes (extension.json's bytes_hex).
+std::string hex_bytes(std::string_view bytes);
+// `dir` and its parents.
+absl::Status make_dirs(const std::string& dir);
 
 // fertility.json in `dir`: the base and the extended tokenizer on the same texts.
 absl::Status write_extension_report(const ExtendResult& r, const TrainingSample& sample, const ExtendOptions& o,

@@ -25,13 +25,6 @@ std::string byte_level_text(std::string_view bytes) {
   return out;
 }
 
-std::string hex(std::string_view bytes) {
-  static const char* d = "0123456789abcdef";
-  std::string out;
-  for (unsigned char b : bytes) out += d[b >> 4], out += d[b & 15];
-  return out;
-}
-
 // The Split step of a pre_tokenizer (a Sequence's or the only one), or null.
 Json* split_step(Json& pre) {
   if (pre.is_object() && pre.value("type", "") == "Split") return &pre;
@@ -124,7 +117,7 @@ Json extension_json(const BaseTokenizer& b, const NewTokens& t, const ExtendOpti
     pieces.clear();
     b.tok.hf()->encode_word(t.bytes[i], &pieces);
     tokens.push_back({{"id", t.first_id + static_cast<int32_t>(i)}, {"token", byte_level_text(t.bytes[i])},
-                      {"bytes_hex", hex(t.bytes[i])}, {"base_pieces", pieces}, {"count", t.merges[i].count}});
+                      {"bytes_hex", hex_bytes(t.bytes[i])}, {"base_pieces", pieces}, {"count", t.merges[i].count}});
   }
   return {{"format", kExtensionFormat},
           {"base_tokenizer_hash", b.tok.hash()},
@@ -136,14 +129,21 @@ Json extension_json(const BaseTokenizer& b, const NewTokens& t, const ExtendOpti
           {"new_tokens", tokens}};
 }
 
-absl::Status make_dir(const std::string& dir) {
+}  // namespace
+
+std::string hex_bytes(std::string_view bytes) {
+  static const char* d = "0123456789abcdef";
+  std::string out;
+  for (unsigned char b : bytes) out += d[b >> 4], out += d[b & 15];
+  return out;
+}
+
+absl::Status make_dirs(const std::string& dir) {
   for (size_t i = 1; i <= dir.size(); ++i)
     if ((i == dir.size() || dir[i] == '/') && ::mkdir(dir.substr(0, i).c_str(), 0755) != 0 && errno != EEXIST)
       return errno_status("mkdir", dir.substr(0, i));
   return absl::OkStatus();
 }
-
-}  // namespace
 
 absl::Status check_base_json(const BaseTokenizer& b, const std::string& where) {
   Json pre = b.hf_json.value("pre_tokenizer", Json());
@@ -168,7 +168,7 @@ absl::StatusOr<int64_t> write_extension(const BaseTokenizer& b, NewTokens& t, co
   meta["source"] = absl::StrCat("vocabulary extension of ", o.base, " (hash ", b.tok.hash(), ", vocab ",
                                 b.tok.vocab_size(), ") by ", t.merges.size(), " tokens learned on ", o.corpus,
                                 ", split ", o.split);
-  LM_RETURN_IF_ERROR(make_dir(dir));
+  LM_RETURN_IF_ERROR(make_dirs(dir));
   LM_RETURN_IF_ERROR(write_file_atomic(dir + "/" + kHfJsonFile, hf_text));
   LM_RETURN_IF_ERROR(write_json_file(dir + "/" + kMetaFile, meta));
   LM_RETURN_IF_ERROR(write_json_file(dir + "/" + kExtensionFile, ext));

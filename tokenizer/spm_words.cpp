@@ -122,24 +122,8 @@ void SpmWords::encode_piece(std::string_view piece, std::vector<int32_t>* ids) c
 
 void SpmWords::encode(std::string_view text, std::vector<int32_t>* ids) const {
   ids->clear();
-  if (text.empty()) return;
   thread_local std::string escaped;
-  escaped.clear();
-  if (dummy_prefix_) escaped.append(kSpace);
-  for (char c : text) {
-    if (c == ' ') escaped.append(kSpace);
-    else escaped.push_back(c);
-  }
-  const std::string_view s = escaped;
-  size_t start = 0;
-  for (size_t i = 1; i + kSpace.size() <= s.size(); ++i) {
-    // A cut before a "▁" whose previous byte ends another character (not the "▁" before it).
-    if (s.compare(i, kSpace.size(), kSpace) != 0 || (i >= 3 && s.compare(i - 3, 3, kSpace) == 0)) continue;
-    encode_piece(s.substr(start, i - start), ids);
-    start = i;
-    i += kSpace.size() - 1;
-  }
-  encode_piece(s.substr(start), ids);
+  for_each_word(text, dummy_prefix_, &escaped, [&](std::string_view w) { encode_piece(w, ids); });
 }
 
 }  // namespace lm::tokenizer

@@ -138,6 +138,7 @@ class Tokenizer {
   const std::string& type() const { return type_; }  // kTypeSentencePiece or kTypeHfBpe
   const HfBpe* hf() const { return hf_.get(); }        // null unless type() is hf-bpe
   bool spm_words() const { return words_ != nullptr; }  // a foreign BPE tokenizer.model's word cache
+  const SpmWords* spm_word_encoder() const { return words_.get(); }  // null unless spm_words()
   // Ids the model itself knows (the rest up to vocab_size() are embedding rows no text reaches).
   int32_t model_vocab_size() const;
   struct Ids {

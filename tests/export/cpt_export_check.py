@@ -13,6 +13,8 @@ of ~/.cache/lmforge/vocabs, each imported, prepared on data/sample and fitted a 
   llama3-ext  llama3 with an extended tokenizer: GPT-4o's split (\\p{M} inside words) and merges +
               tokens for frequent Bangla words appended from id 128256 (rows grown to match).
   llama2      Llama-2-shaped (untied, default rope) with Llama 2's SentencePiece tokenizer.model.
+  llama2-ext  llama2 extended the way a user does it: `lmtrain tokenizer --extend` (2,000 new pieces
+              learned on data/sample, scored after Llama 2's own), `lmtrain extend-model`, then fitted.
   marks       llama3-ext's tokenizer with Llama 3's split plus \\p{M} (the contract's llama3-marks):
               the HF export works, the GGUF export must refuse and name the fix.
 Checks per case:
@@ -107,12 +109,12 @@ def make_checkpoint(case, out):
     import torch
     from transformers import LlamaConfig, LlamaForCausalLM, Qwen2Config, Qwen2ForCausalLM
     torch.manual_seed(0)
-    vocab_dir = {"qwen2": "qwen2", "llama2": "llama2"}.get(case, "llama3")
+    vocab_dir = {"qwen2": "qwen2", "llama2": "llama2", "llama2-ext": "llama2"}.get(case, "llama3")
     os.makedirs(out, exist_ok=True)
     for f in ("tokenizer.json", "tokenizer_config.json", "tokenizer.model"):
         if os.path.exists(os.path.join(VOCABS, vocab_dir, f)):
             shutil.copy(os.path.join(VOCABS, vocab_dir, f), os.path.join(out, f))
-    rows = {"llama3": 128256, "qwen2": 151936, "llama2": 32000}.get(case)
+    rows = {"llama3": 128256, "qwen2": 151936, "llama2": 32000, "llama2-ext": 32000}.get(case)
     if case in ("llama3-ext", "marks"):
         pattern = json.load(open(os.path.join(VOCABS, "llama3-gpt4o", "tokenizer.json")))["pre_tokenizer"][
             "pretokenizers"][0]["pattern"]["Regex"] if case == "llama3-ext" else LLAMA3_MARKS
@@ -125,7 +127,7 @@ def make_checkpoint(case, out):
         cfg = Qwen2Config(**common, tie_word_embeddings=False, rope_theta=1000000.0, bos_token_id=151643,
                           eos_token_id=151643, use_sliding_window=False)
         model = Qwen2ForCausalLM(cfg)
-    elif case == "llama2":
+    elif case in ("llama2", "llama2-ext"):
         cfg = LlamaConfig(**common, tie_word_embeddings=False, bos_token_id=1, eos_token_id=2, rope_theta=10000.0)
         model = LlamaForCausalLM(cfg)
     else:
@@ -246,10 +248,11 @@ def check_gguf(c, a, case, runp, gg, lines, samples, work):
         theirs = [v.tokenize(x.encode(), add_bos=False, special=False) for x in ls]
         same = sum(x == y for x, y in zip(ours, theirs))
         bad = next((i for i, (x, y) in enumerate(zip(ours, theirs)) if x != y), None)
-        new = sum(t >= 128256 for d in ours for t in d) if case == "llama3-ext" and lang == "bn" else None
+        first_new = {"llama3-ext": 128256, "llama2-ext": 32000}.get(case)
+        new = sum(t >= first_new for d in ours for t in d) if first_new and lang == "bn" else None
         c.check(same == len(ls) and len(ours) == len(ls) and new != 0,
                 f"{case} gguf: llama.cpp tokenizes {same} of {len(ls)} {lang} lines to lmforge's ids"
-                + ("" if new is None else f" ({new} of {sum(map(len, ours))} ids are extension tokens, >= 128256)")
+                + ("" if new is None else f" ({new} of {sum(map(len, ours))} ids are extension tokens, >= {first_new})")
                 + ("" if bad is None else f"\n  first differing line {bad}: llama.cpp {theirs[bad][:16]} lmforge {ours[bad][:16]}"))
     # add_bos_token: llama.cpp's add_special puts BOS first exactly when the run's framing does.
     first = v.tokenize(lines["en"][0].encode(), add_bos=True, special=False)[:1]
@@ -320,7 +323,14 @@ def run_case(c, a, case, lines):
     os.makedirs(work)
     base, tok, shards, runp = (os.path.join(work, x) for x in ("base", "tok", "shards", "run"))
     rows = make_checkpoint(case, base)
-    run([a.lmtrain, "tokenizer", "--import", base, "--out", tok, "--quiet"])
+    if case == "llama2-ext":  # the user's flow: extend the tokenizer, grow the checkpoint to it
+        run([a.lmtrain, "tokenizer", "--extend", base, "--corpus", os.path.join(REPO, "data", "sample", "corpus.json"),
+             "--add", "2000", "--out", tok, "--quiet"])
+        run([a.lmtrain, "extend-model", "--hf", base, "--tokenizer", tok, "--out", base + "-ext", "--quiet"])
+        base = base + "-ext"
+        rows = json.load(open(os.path.join(base, "config.json")))["vocab_size"]
+    else:
+        run([a.lmtrain, "tokenizer", "--import", base, "--out", tok, "--quiet"])
     run([a.lmtrain, "prepare", "--corpus", os.path.join(REPO, "data", "sample", "corpus.json"), "--tokenizer", tok,
          "--out", shards, "--quiet"])
     run([a.lmtrain, "fit", "--data", shards, "--init-from", base, "--out", runp, "--preset", "tiny", "--steps", a.steps,
@@ -354,14 +364,14 @@ def main():
     ap.add_argument("--lmtrain", required=True)
     ap.add_argument("--lmeval", required=True)
     ap.add_argument("--work", required=True)
-    ap.add_argument("--case", action="append", choices=["llama3", "qwen2", "llama3-ext", "llama2", "marks"])
+    ap.add_argument("--case", action="append", choices=["llama3", "qwen2", "llama3-ext", "llama2", "llama2-ext", "marks"])
     ap.add_argument("--steps", default="6")
     ap.add_argument("--perturb", action="store_true")
     a = ap.parse_args()
     need_modules()
     c = Checks()
     lines = texts()
-    for case in a.case or ["llama3", "qwen2", "llama3-ext", "marks", "llama2"]:
+    for case in a.case or ["llama3", "qwen2", "llama3-ext", "marks", "llama2", "llama2-ext"]:
         try:
             run_case(c, a, case, lines)
         except Exception as e:  # one case's crash is a failure, the others still run

@@ -1,0 +1,271 @@
+// Vocabulary extension of a SentencePiece BPE tokenizer.model (Llama 2): new pieces appended after
+// every existing id, scored below every base piece, so SentencePiece (and llama.cpp's and HF's
+// conversions of it, which rank merges by the merged piece's score) apply every base merge first
+// and the new ones after, in the order they were learned:
+//   1. single characters the base has no piece for (Llama 2 spends three byte-fallback tokens on
+//      each): under --guard marks+bengali every Bengali-block character (digits and signs too) and
+//      combining mark, under --guard marks the marks; most frequent first, seen --min-count times;
+//   2. merges learned on the corpus words (SentencePiece's whitespace pieces) as the base plus those
+//      characters encodes them; a merge joins two pieces that are both in the vocabulary, so a
+//      converter that only lists such pairs (transformers' SentencePieceExtractor) reaches it too;
+//   3. the reachability check of the byte-level path: a new piece no corpus word and not its own
+//      text reaches is dropped with the pieces built on it, until all are reached.
+// Text without a Bengali-block character or a combining mark never meets a new piece (each holds
+// one), so it encodes exactly as under the base.
+#include <unicode/utf8.h>
+
+#include <algorithm>
+
+#include <absl/container/flat_hash_map.h>
+
+#include "core/file.h"
+#include "core/log.h"
+#include "corpus/corpus.h"
+#include "tokenizer/extend_internal.h"
+#include "tokenizer/model_proto.h"
+
+namespace lm::tokenizer {
+namespace {
+
+constexpr std::string_view kSpace = "\xE2\x96\x81";  // U+2581
+// Scores at or below this are not merge ranks (Llama 2 puts its whitespace-run pieces at -1e9).
+constexpr float kManualScore = -1e8f;
+constexpr int32_t kUnusedPiece = 5, kBytePiece = 6, kUserPiece = 4;
+
+// A new piece in rank order; left/right are the ids a merge joins (-1: a single character).
+struct Candidate {
+  std::string piece;
+  int64_t count = 0;
+  int32_t left = -1, right = -1;
+};
+
+struct SpmExtension {
+  ModelParts base;  // the base's pieces, plus UNUSED fillers up to the checkpoint's rows
+  int32_t first_id = 0;
+  float top_score = 0;  // the first new piece's; each later one is 1 lower
+  std::vector<Candidate> cands;
+  std::vector<std::string> words;  // distinct escaped corpus words a new piece could reach
+  std::vector<int64_t> counts;
+  int64_t all_words = 0;
+};
+
+std::string model_bytes(const SpmExtension& e) {
+  ModelParts m = e.base;
+  for (size_t i = 0; i < e.cands.size(); ++i)
+    m.pieces.push_back({e.cands[i].piece, e.top_score - static_cast<float>(i), kNormalPiece});
+  return serialize_model_parts(m);
+}
+
+std::string piece_text(std::string piece) {
+  for (size_t at = piece.find(kSpace); at != std::string::npos; at = piece.find(kSpace, at))
+    piece.replace(at, kSpace.size(), " ");
+  return piece;
+}
+
+// The base model's pieces, padded with UNUSED pieces to the checkpoint's rows (new ids start there).
+absl::StatusOr<SpmExtension> read_base(const BaseTokenizer& b) {
+  SpmExtension e;
+  if (!parse_model_parts(b.spm_bytes, &e.base))
+    return absl::DataLossError(absl::StrCat(b.dir, "/", kForeignSpmFile, ": not a SentencePiece model"));
+  const int32_t rows = b.tok.vocab_size();
+  for (int32_t id = static_cast<int32_t>(e.base.pieces.size()); id < rows; ++id)
+    e.base.pieces.push_back({absl::StrCat("<lmforge_unused_", id, ">"), 0.0f, kUnusedPiece});
+  e.first_id = static_cast<int32_t>(e.base.pieces.size());
+  float floor = 0;
+  for (const ModelPiece& p : e.base.pieces)
+    if (p.type == kNormalPiece && p.score > kManualScore) floor = std::min(floor, p.score);
+  e.top_score = floor - 1;
+  return e;
+}
+
+// The corpus's distinct words (escaped as SentencePiece does) that the guard lets a new piece reach.
+void count_words(const TrainingSample& s, bool dummy_prefix, const std::string& guard, SpmExtension& e) {
+  absl::flat_hash_map<std::string, int64_t> counts;
+  std::string buf;
+  for (const std::string& line : s.sentences)
+    SpmWords::for_each_word(line, dummy_prefix, &buf, [&](std::string_view w) {
+      ++e.all_words;
+      if (guard_allows(w, guard)) ++counts[absl::string_view(w.data(), w.size())];
+    });
+  for (auto& [w, n] : counts) e.words.push_back(w), e.counts.push_back(n);
+  std::vector<size_t> order(e.words.size());
+  for (size_t i = 0; i < order.size(); ++i) order[i] = i;
+  std::sort(order.begin(), order.end(), [&](size_t a, size_t b) { return e.words[a] < e.words[b]; });
+  std::vector<std::string> w;
+  std::vector<int64_t> c;
+  for (size_t i : order) w.push_back(std::move(e.words[i])), c.push_back(e.counts[i]);
+  e.words = std::move(w), e.counts = std::move(c);  // a deterministic order: the same corpus, the same pieces
+}
+
+// Step 1: characters the guard allows that no base piece is, by count (ties by text).
+void add_characters(const ExtendOptions& o, SpmExtension& e) {
+  absl::flat_hash_set<std::string> known;
+  for (const ModelPiece& p : e.base.pieces) known.insert(p.piece);
+  absl::flat_hash_map<std::string, int64_t> counts;
+  for (size_t w = 0; w < e.words.size(); ++w) {
+    const auto* s = reinterpret_cast<const uint8_t*>(e.words[w].data());
+    const int32_t len = static_cast<int32_t>(e.words[w].size());
+    for (int32_t i = 0; i < len;) {
+      const int32_t start = i;
+      UChar32 c;
+      U8_NEXT(s, i, len, c);
+      const std::string ch = e.words[w].substr(start, i - start);
+      // Under marks+bengali any character of the Bengali block (digits and signs too): the base spells
+      // each in three bytes, and as a piece of its own it cannot change text without it.
+      const bool bengali = o.guard == "marks+bengali" && c >= 0x0980 && c <= 0x09FF;
+      if (c >= 0 && !known.contains(ch) && (bengali || guard_allows(ch, o.guard))) counts[ch] += e.counts[w];
+    }
+  }
+  std::vector<std::pair<int64_t, std::string>> by_count;
+  for (auto& [ch, n] : counts)
+    if (n >= o.min_count) by_count.push_back({-n, ch});
+  std::sort(by_count.begin(), by_count.end());
+  for (auto& [n, ch] : by_count)
+    if (static_cast<int64_t>(e.cands.size()) < o.add) e.cands.push_back({ch, -n});
+}
+
+// Step 2: merges learned on the words as base + characters encodes them. Byte, control and
+// unknown pieces never merge (their stand-in bytes are not UTF-8, which `allowed` refuses).
+void add_merges(const ExtendOptions& o, SpmExtension& e) {
+  const int64_t room = o.add - static_cast<int64_t>(e.cands.size());
+  if (room <= 0) return;
+  const std::string bytes = model_bytes(e);
+  const auto words = SpmWords::make(bytes);
+  if (!words) return;  // not reached: characters hold no "▁" (load_base checked the base)
+  ModelParts m;
+  parse_model_parts(bytes, &m);
+  std::vector<std::string> token_bytes;
+  absl::flat_hash_set<std::string> taken;
+  for (size_t id = 0; id < m.pieces.size(); ++id) {
+    const ModelPiece& p = m.pieces[id];
+    const bool text = p.type == kNormalPiece || p.type == kUserPiece;
+    token_bytes.push_back(text ? p.piece : absl::StrCat("\xff", id));
+    taken.insert(p.piece);
+  }
+  WordBag bag;
+  for (size_t w = 0; w < e.words.size(); ++w) {
+    bag.ids.emplace_back();
+    words->encode_word(e.words[w], &bag.ids.back());
+    bag.counts.push_back(e.counts[w]);
+  }
+  MergeTrainOptions mo;
+  mo.merges = room;
+  mo.first_id = static_cast<int32_t>(m.pieces.size());
+  mo.min_count = o.min_count;
+  mo.allowed = [guard = o.guard](std::string_view s) { return data::is_valid_utf8(s) && guard_allows(s, guard); };
+  mo.progress = [](int64_t done, int64_t total, int64_t count) {
+    log_info("  merges %ld / %ld (the last pair seen %ld times)", static_cast<long>(done), static_cast<long>(total),
+             static_cast<long>(count));
+  };
+  for (const NewMerge& nm : learn_merges(bag, token_bytes, taken, mo))
+    e.cands.push_back({token_bytes[nm.id], nm.count, nm.left, nm.right});
+}
+
+// New pieces no corpus word and not their own text reaches (1 = dead), under the model with all.
+absl::StatusOr<std::vector<char>> unreachable(const SpmExtension& e) {
+  const auto words = SpmWords::make(model_bytes(e));
+  if (!words) return absl::InternalError("the extended tokenizer.model is not one SpmWords encodes exactly");
+  std::vector<char> used(e.cands.size(), 0);
+  std::vector<int32_t> ids;
+  for (const std::string& w : e.words) {
+    ids.clear();
+    words->encode_word(w, &ids);
+    for (int32_t id : ids)
+      if (id >= e.first_id) used[id - e.first_id] = 1;
+  }
+  for (size_t i = 0; i < used.size(); ++i) {
+    if (used[i]) continue;
+    ids.clear();
+    words->encode_word(e.cands[i].piece, &ids);
+    used[i] = ids.size() == 1 && ids[0] == e.first_id + static_cast<int32_t>(i);
+  }
+  for (char& u : used) u = !u;
+  return used;
+}
+
+// Drops the dead pieces and every merge that joins one, renumbering the rest in rank order.
+int64_t prune(SpmExtension& e, const std::vector<char>& dead) {
+  std::vector<int32_t> new_id(e.cands.size(), -1);
+  std::vector<Candidate> kept;
+  auto map = [&](int32_t id) { return id < e.first_id ? id : new_id[id - e.first_id]; };
+  for (size_t i = 0; i < e.cands.size(); ++i) {
+    Candidate c = e.cands[i];
+    const bool merge = c.left >= 0;
+    if (dead[i] || (merge && (map(c.left) < 0 || map(c.right) < 0))) continue;
+    if (merge) c.left = map(c.left), c.right = map(c.right);
+    new_id[i] = e.first_id + static_cast<int32_t>(kept.size());
+    kept.push_back(std::move(c));
+  }
+  const int64_t dropped = static_cast<int64_t>(e.cands.size() - kept.size());
+  e.cands = std::move(kept);
+  return dropped;
+}
+
+Json extension_json(const BaseTokenizer& b, const SpmExtension& e, const ExtendOptions& o) {
+  const auto base_words = SpmWords::make(serialize_model_parts(e.base));
+  Json tokens = Json::array();
+  std::vector<int32_t> pieces;
+  for (size_t i = 0; i < e.cands.size(); ++i) {
+    pieces.clear();
+    base_words->encode_word(e.cands[i].piece, &pieces);
+    const std::string text = piece_text(e.cands[i].piece);
+    tokens.push_back({{"id", e.first_id + static_cast<int32_t>(i)}, {"token", e.cands[i].piece},
+                      {"bytes_hex", hex_bytes(text)}, {"base_pieces", pieces}, {"count", e.cands[i].count}});
+  }
+  return {{"format", kExtensionFormat},
+          {"base_tokenizer_hash", b.tok.hash()},
+          {"base_vocab_size", b.tok.vocab_size()},
+          {"vocab_size", e.first_id + static_cast<int64_t>(e.cands.size())},
+          {"split", "sentencepiece-words"},
+          {"split_pattern", ""},
+          {"guard", o.guard},
+          {"new_tokens", tokens}};
+}
+
+}  // namespace
+
+absl::StatusOr<ExtensionWriter> prepare_spm_extension(const ExtendOptions& o, const BaseTokenizer& b,
+                                                      const TrainingSample& sample, ExtendResult& r) {
+  LM_ASSIGN_OR_RETURN(SpmExtension base, read_base(b));
+  auto e = std::make_shared<SpmExtension>(std::move(base));
+  count_words(sample, b.tok.spm_word_encoder()->dummy_prefix(), o.guard, *e);
+  log_info("%s words, %s distinct ones can take a new piece (guard %s); SentencePiece's whitespace words (--split "
+           "does not apply to a SentencePiece base)",
+           format_count(static_cast<double>(e->all_words)), format_count(static_cast<double>(e->words.size())),
+           o.guard);
+  add_characters(o, *e);
+  const size_t chars = e->cands.size();
+  add_merges(o, *e);
+  log_info("new pieces: %zu characters the base spells in bytes, %zu merges, scores from %.0f down", chars,
+           e->cands.size() - chars, e->top_score);
+  r.learned = static_cast<int64_t>(e->cands.size());
+  r.split = "sentencepiece-words";
+  r.words = e->all_words;
+  r.distinct_words = static_cast<int64_t>(e->words.size());
+  return ExtensionWriter([e, &b, o](const std::string& dir) -> absl::StatusOr<int64_t> {
+    int64_t pruned = 0;
+    for (int round = 1;; ++round) {
+      LM_ASSIGN_OR_RETURN(std::vector<char> dead, unreachable(*e));
+      const int64_t n_dead = std::count(dead.begin(), dead.end(), 1);
+      log_info("reachability check %d: %ld of %zu new pieces unreached", round, static_cast<long>(n_dead),
+               e->cands.size());
+      if (n_dead == 0) break;
+      pruned += prune(*e, dead);
+    }
+    const std::string bytes = model_bytes(*e);
+    Json ext = extension_json(b, *e, o);
+    Json meta = b.meta;
+    meta["hash"] = model_hash(bytes);
+    meta["vocab_size"] = ext["vocab_size"];
+    meta["model_file"] = kForeignSpmFile;
+    meta["source"] = absl::StrCat("vocabulary extension of ", o.base, " (hash ", b.tok.hash(), ", vocab ",
+                                  b.tok.vocab_size(), ") by ", e->cands.size(), " pieces learned on ", o.corpus);
+    LM_RETURN_IF_ERROR(make_dirs(dir));
+    LM_RETURN_IF_ERROR(write_file_atomic(dir + "/" + kForeignSpmFile, bytes));
+    LM_RETURN_IF_ERROR(write_json_file(dir + "/" + kMetaFile, meta));
+    LM_RETURN_IF_ERROR(write_json_file(dir + "/" + kExtensionFile, ext));
+    return pruned;
+  });
+}
+
+}  // namespace lm::tokenizer
