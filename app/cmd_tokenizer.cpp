@@ -129,8 +129,9 @@ void add_extend_options(CLI::App* sub, tokenizer::ExtendOptions& e) {
       ->capture_default_str();
   sub->add_option("--guard", e.guard,
                   "--extend: what a new token must hold, so text without it tokenizes exactly as the base: "
-                  "marks+bengali (a combining mark or a Bengali letter) or marks (a combining mark; mark-free Bangla "
-                  "then stays as the base has it too, and Bangla gains far less)")
+                  "marks+bengali (a combining mark or a Bengali letter), marks (a combining mark; mark-free Bangla "
+                  "then stays as the base has it too, and Bangla gains far less) or bengali (a combining mark or any "
+                  "Bengali-block character: Bengali digits change too; for Llama 2, which spells them in bytes)")
       ->capture_default_str();
   sub->add_option("--min-count", e.min_count, "--extend: a pair seen fewer times gets no token")
       ->capture_default_str();

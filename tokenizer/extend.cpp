@@ -27,7 +27,7 @@ absl::StatusOr<std::string> split_pattern(const std::string& name) {
 }
 
 bool guard_allows(std::string_view bytes, const std::string& guard) {
-  const bool bengali_letters = guard == "marks+bengali";
+  const bool bengali_letters = guard == "marks+bengali", bengali_block = guard == "bengali";
   const auto* s = reinterpret_cast<const uint8_t*>(bytes.data());
   const int32_t len = static_cast<int32_t>(bytes.size());
   for (int32_t i = 0; i < len;) {
@@ -36,7 +36,8 @@ bool guard_allows(std::string_view bytes, const std::string& guard) {
     if (c < 0) continue;
     const uint32_t gc = U_GET_GC_MASK(c);
     if (gc & U_GC_M_MASK) return true;
-    if (bengali_letters && c >= 0x0980 && c <= 0x09FF && (gc & U_GC_L_MASK)) return true;
+    const bool bengali = c >= 0x0980 && c <= 0x09FF;
+    if (bengali && (bengali_block || (bengali_letters && (gc & U_GC_L_MASK)))) return true;
   }
   return false;
 }
@@ -52,8 +53,8 @@ absl::Status check_options(const ExtendOptions& o) {
   if (o.add <= 0 || o.add > kMaxAdd)
     return absl::InvalidArgumentError(absl::StrCat("--add: ", o.add, " new tokens: give 1 to ", kMaxAdd,
                                                    " (e.g. 32000: docs/tokenizer.md, \"Vocabulary extension\")"));
-  if (o.guard != "marks" && o.guard != "marks+bengali")
-    return absl::InvalidArgumentError(absl::StrCat("--guard: '", o.guard, "' is not marks or marks+bengali"));
+  if (o.guard != "marks" && o.guard != "marks+bengali" && o.guard != "bengali")
+    return absl::InvalidArgumentError(absl::StrCat("--guard: '", o.guard, "' is not marks, marks+bengali or bengali"));
   if (o.sample_chars <= 0) return absl::InvalidArgumentError("--sample-chars: must be positive");
   if (o.min_count < 1) return absl::InvalidArgumentError("--min-count: must be at least 1");
   if (o.corpus.empty()) return absl::InvalidArgumentError("--corpus: required with --extend (the text to learn from)");

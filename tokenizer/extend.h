@@ -39,8 +39,9 @@ struct ExtendOptions {
   int64_t add = 0;                      // new tokens at most
   std::string split = "llama3-marks";   // llama3-marks | qwen35 | gpt-4o
   std::string guard = "marks+bengali";  // what a new token must hold: marks+bengali (a combining mark or a
-                                        // Bengali letter) or marks (a combining mark: also mark-free Bangla
+                                        // Bengali letter), marks (a combining mark: also mark-free Bangla
                                         // stays as the base has it; 2.95 instead of 4.20 chars/token, docs)
+                                        // or bengali (a mark or any Bengali-block character: digits too)
   int64_t sample_chars = 30000000;      // code points of the corpus read at most (bounded memory)
   int64_t heldout_every = 50;           // every N-th document is held out for the report
   int64_t min_count = 2;                // a pair seen fewer times in the corpus gets no token
@@ -52,7 +53,8 @@ struct ExtendOptions {
 absl::StatusOr<std::string> split_pattern(const std::string& name);
 
 // Does a token with these bytes hold a whole code point the guard asks for? (marks: \p{M};
-// marks+bengali: \p{M} or a letter of the Bengali block U+0980-U+09FF.)
+// marks+bengali: \p{M} or a letter of the Bengali block U+0980-U+09FF; bengali: \p{M} or any
+// character of that block, digits and signs too.)
 bool guard_allows(std::string_view bytes, const std::string& guard);
 
 struct ExtendResult {

@@ -2,16 +2,16 @@
 // every existing id, scored below every base piece, so SentencePiece (and llama.cpp's and HF's
 // conversions of it, which rank merges by the merged piece's score) apply every base merge first
 // and the new ones after, in the order they were learned:
-//   1. single characters the base has no piece for (Llama 2 spends three byte-fallback tokens on
-//      each): under --guard marks+bengali every Bengali-block character (digits and signs too) and
-//      combining mark, under --guard marks the marks; most frequent first, seen --min-count times;
+//   1. single characters the guard allows that the base has no piece for (Llama 2 spends three
+//      byte-fallback tokens on each), most frequent first, seen --min-count times (--guard bengali
+//      also gives Bengali digits and signs theirs);
 //   2. merges learned on the corpus words (SentencePiece's whitespace pieces) as the base plus those
 //      characters encodes them; a merge joins two pieces that are both in the vocabulary, so a
 //      converter that only lists such pairs (transformers' SentencePieceExtractor) reaches it too;
 //   3. the reachability check of the byte-level path: a new piece no corpus word and not its own
 //      text reaches is dropped with the pieces built on it, until all are reached.
-// Text without a Bengali-block character or a combining mark never meets a new piece (each holds
-// one), so it encodes exactly as under the base.
+// Text without what the guard asks for (a Bengali letter or a combining mark by default) never
+// meets a new piece (each holds one), so it encodes exactly as under the base.
 #include <unicode/utf8.h>
 
 #include <algorithm>
@@ -110,10 +110,7 @@ void add_characters(const ExtendOptions& o, SpmExtension& e) {
       UChar32 c;
       U8_NEXT(s, i, len, c);
       const std::string ch = e.words[w].substr(start, i - start);
-      // Under marks+bengali any character of the Bengali block (digits and signs too): the base spells
-      // each in three bytes, and as a piece of its own it cannot change text without it.
-      const bool bengali = o.guard == "marks+bengali" && c >= 0x0980 && c <= 0x09FF;
-      if (c >= 0 && !known.contains(ch) && (bengali || guard_allows(ch, o.guard))) counts[ch] += e.counts[w];
+      if (c >= 0 && !known.contains(ch) && guard_allows(ch, o.guard)) counts[ch] += e.counts[w];
     }
   }
   std::vector<std::pair<int64_t, std::string>> by_count;

@@ -181,6 +181,25 @@ TEST_F(ExtendModel, TiedFp32GrowsTheEmbeddingWithoutDamage) {
   expect_no_damage(hf, (root_ / "ext").string());
 }
 
+// A SentencePiece base (Llama 2): the extended tokenizer.model goes into OUT, and the base's own
+// tokenizer.json (Llama 2 ships one, in the old vocabulary) does not.
+TEST_F(ExtendModel, SentencePieceTokenizerModelIsCopiedAndTheBasesTokenizerJsonIsNot) {
+  const auto hf = base("base", /*tied=*/true, torch::kFloat32, /*sharded=*/false);
+  ASSERT_TRUE(write_file_atomic((hf / "tokenizer.json").string(), "{\"the base's\": 1}").ok());
+  const auto tok = tokenizer("tok");
+  fs::remove(tok / "hf-tokenizer.json");
+  ASSERT_TRUE(write_file_atomic((tok / "tokenizer.model").string(), std::string("spm\0bytes", 9)).ok());
+  auto r = extend_hf_model(options(hf, tok, "ext"));
+  ASSERT_TRUE(r.ok()) << r.status();
+  const fs::path out = root_ / "ext";
+  EXPECT_EQ(*read_file((out / "tokenizer.model").string()), std::string("spm\0bytes", 9));
+  EXPECT_FALSE(fs::exists(out / "tokenizer.json"));
+  fs::remove(tok / "tokenizer.model");
+  auto none = extend_hf_model(options(hf, tok, "ext2"));
+  ASSERT_FALSE(none.ok());
+  EXPECT_NE(none.status().message().find("no hf-tokenizer.json or tokenizer.model"), std::string::npos) << none.status();
+}
+
 // Every refusal names what is wrong and leaves nothing behind (no OUT, no OUT.partial-*).
 TEST_F(ExtendModel, RefusesForeignTokenizersExtendedCheckpointsAndAnExistingOut) {
   const auto hf = base("base", false, torch::kBFloat16, false);

@@ -22,7 +22,9 @@
 #include "tokenizer/extend.h"
 #include "tokenizer/extend_merges.h"
 #include "tokenizer/import_hf.h"
+#include "tokenizer/model_proto.h"
 #include "tokenizer/pretokenize.h"
+#include "tokenizer/spm_words.h"
 
 namespace fs = std::filesystem;
 using namespace lm::tokenizer;
@@ -101,6 +103,9 @@ TEST(ExtendGuard, ANewTokenMustHoldAWholeMark) {
   EXPECT_FALSE(guard_allows("\u0995", "marks"));          // ক: a letter
   EXPECT_TRUE(guard_allows("\u0995", "marks+bengali"));
   EXPECT_FALSE(guard_allows("\u09e7\u09e8", "marks+bengali"));  // Bengali digits: numbers stay as the base's
+  EXPECT_TRUE(guard_allows("\u09e7", "bengali"));                // unless asked (Llama 2 spells them in bytes)
+  EXPECT_TRUE(guard_allows("\u09f3", "bengali"));                // ৳
+  EXPECT_FALSE(guard_allows("1", "bengali"));
   EXPECT_FALSE(guard_allows("\xe0\xa6", "marks"));        // the head of a vowel sign is not one
   EXPECT_FALSE(guard_allows("\xa7\x87", "marks"));        // nor its tail
   EXPECT_FALSE(guard_allows(" the", "marks+bengali"));
@@ -336,10 +341,153 @@ TEST(ExtendLlama3, RefusesBadInputWritingNothing) {
   refused(o, "no-such-parallel");
   EXPECT_FALSE(fs::exists(tmp_dir() + "/refused.tmp-extend"));
   o.report.parallel.clear();
-  if (fs::exists(vocab_dir("llama2") + "/tokenizer.model")) {
-    o.base = vocab_dir("llama2");
-    refused(o, "SentencePiece");
+  o.guard = "letters";
+  refused(o, "--guard");
+}
+
+// --- Llama 2: a SentencePiece BPE tokenizer.model grown by new pieces (tokenizer/extend_spm.cpp) ---
+
+ModelParts model_parts(const std::string& dir) {
+  ModelParts m;
+  EXPECT_TRUE(parse_model_parts(*lm::read_file(dir + "/" + kForeignSpmFile), &m)) << dir;
+  return m;
+}
+
+// Base pieces kept bit for bit (text, score, type) and every new piece scored below every base
+// merge rank, in rank order: SentencePiece, llama.cpp and transformers apply the base's merges
+// first, so no base id moves and mark-free text cannot change.
+void expect_spm_base_kept(const Extended& e) {
+  const ModelParts b = model_parts(e.base_dir), x = model_parts(e.dir);
+  const int64_t base_vocab = e.extension["base_vocab_size"].get<int64_t>();
+  ASSERT_EQ(static_cast<int64_t>(b.pieces.size()), base_vocab);
+  ASSERT_EQ(static_cast<int64_t>(x.pieces.size()), e.ext.vocab_size());
+  float lowest = 0;
+  for (size_t id = 0; id < b.pieces.size(); ++id) {
+    ASSERT_EQ(x.pieces[id].piece, b.pieces[id].piece) << id;
+    ASSERT_EQ(x.pieces[id].score, b.pieces[id].score) << id;
+    ASSERT_EQ(x.pieces[id].type, b.pieces[id].type) << id;
+    if (b.pieces[id].type == kNormalPiece && b.pieces[id].score > -1e8f) lowest = std::min(lowest, b.pieces[id].score);
   }
+  for (size_t id = b.pieces.size(); id < x.pieces.size(); ++id) {
+    ASSERT_EQ(x.pieces[id].type, kNormalPiece) << id;
+    ASSERT_LT(x.pieces[id].score, id == b.pieces.size() ? lowest : x.pieces[id - 1].score) << id;
+  }
+  EXPECT_EQ(e.extension["format"], kExtensionFormat);
+  EXPECT_EQ(e.extension["base_tokenizer_hash"], e.base.hash());
+  EXPECT_EQ(e.extension["split"], "sentencepiece-words");
+  EXPECT_EQ(e.ext.bos_id(), e.base.bos_id());
+  EXPECT_EQ(e.ext.eos_id(), e.base.eos_id());
+  EXPECT_EQ(e.ext.unk_id(), e.base.unk_id());
+  EXPECT_EQ(e.ext.framing(), e.base.framing());
+  int64_t want = base_vocab;
+  for (const auto& t : e.extension["new_tokens"]) EXPECT_EQ(t["id"].get<int64_t>(), want++);
+  EXPECT_EQ(want, e.ext.vocab_size());
+}
+
+// A base piece's bytes ("<0xE0>" is one byte).
+std::string spm_piece_bytes(const Tokenizer& t, int32_t id) {
+  if (!t.is_byte(id)) return t.piece(id);
+  return std::string(1, static_cast<char>(std::stoi(t.piece(id).substr(3, 2), nullptr, 16)));
+}
+
+// Each new piece is its base pieces joined, and is reached: in the extended encoding of the
+// training text, or as the one id of its own text encoded alone (a word as SentencePiece cuts it).
+void expect_spm_pieces_reachable(const Extended& e) {
+  const int32_t first = e.extension["base_vocab_size"].get<int32_t>();
+  std::vector<char> seen(static_cast<size_t>(e.ext.vocab_size() - first), 0);
+  for (const auto& ids : e.ext.encode_batch(read_lines(kShared + "/sample/bn_2000.txt"), 2))
+    for (int32_t id : ids)
+      if (id >= first) seen[id - first] = 1;
+  const auto words = SpmWords::make(*lm::read_file(e.dir + "/" + kForeignSpmFile));
+  ASSERT_NE(words, nullptr);
+  size_t by_text = 0;
+  for (const auto& t : e.extension["new_tokens"]) {
+    const int32_t id = t["id"].get<int32_t>();
+    const std::string piece = t["token"].get<std::string>();
+    std::string joined;
+    for (int32_t p : t["base_pieces"].get<std::vector<int32_t>>()) joined += spm_piece_bytes(e.base, p);
+    ASSERT_EQ(joined, piece) << "new id " << id;
+    ASSERT_EQ(e.ext.piece(id), piece);
+    if (seen[id - first]) continue;
+    std::vector<int32_t> alone;
+    words->encode_word(piece, &alone);
+    EXPECT_EQ(alone, std::vector<int32_t>{id}) << "new id " << id << " (" << piece << ") unreached";
+    ++by_text;
+  }
+  EXPECT_LT(by_text, seen.size() / 2);
+}
+
+// The fast word path (SpmWords) and the SentencePiece library itself give the same ids on the
+// extended model.
+void expect_spm_library_agrees(const Extended& e, const std::vector<std::string>& texts) {
+  ::setenv("LM_SPM_PLAIN", "1", 1);
+  auto plain = Tokenizer::load(e.dir);
+  ::unsetenv("LM_SPM_PLAIN");
+  ASSERT_TRUE(plain.ok()) << plain.status();
+  ASSERT_FALSE(plain->spm_words());
+  ASSERT_TRUE(e.ext.spm_words());
+  size_t differ = 0;
+  for (const std::string& t : texts)
+    if (plain->encode(t) != e.ext.encode(t) && differ++ == 0) ADD_FAILURE() << "first difference: " << t;
+  EXPECT_EQ(differ, 0u) << "of " << texts.size();
+}
+
+TEST(ExtendLlama2, BasePiecesKeptMarkFreeTextExactNewPiecesReachable) {
+  REQUIRE_EXTENDED(e, "llama2", "llama3-marks", 600);
+  const int64_t added = e->ext.vocab_size() - e->base.vocab_size();
+  EXPECT_EQ(added, 600);
+  expect_spm_base_kept(*e);
+  expect_mark_free_text_as_base(*e);
+  expect_spm_pieces_reachable(*e);
+  std::vector<std::string> texts = read_lines(kShared + "/sample/bn_2000.txt");
+  for (const std::string& s : mark_free_lines()) texts.push_back(s);
+  expect_spm_library_agrees(*e, texts);
+  int64_t base = 0, ext = 0;
+  for (const std::string& line : read_lines(kShared + "/sample/bn_2000.txt")) {
+    const auto ids = e->ext.encode(line);
+    ASSERT_EQ(e->ext.decode(ids), line);
+    base += static_cast<int64_t>(e->base.encode(line).size());
+    ext += static_cast<int64_t>(ids.size());
+  }
+  EXPECT_LT(ext, base * 0.4) << "base " << base << " tokens, extended " << ext;  // Llama 2: 3 bytes a letter
+}
+
+// --guard bengali gives Bengali digits pieces (the default keeps numbers as the base has them).
+TEST(ExtendLlama2, BengaliGuardGivesDigitsTheirPieces) {
+  REQUIRE_EXTENDED(e, "llama2", "llama3-marks", 600);
+  REQUIRE_EXTENDED(b, "llama2", "llama3-marks", 600, "bengali");
+  const std::string digits = "\u09e7\u09ef\u09ed\u09e7";  // ১৯৭১
+  EXPECT_EQ(e->ext.encode(digits), e->base.encode(digits));
+  EXPECT_LT(b->ext.encode(digits).size(), b->base.encode(digits).size());
+  expect_spm_base_kept(*b);
+}
+
+// A SentencePiece model the word path cannot encode exactly (here: Llama 2's marked unigram) is
+// refused, naming the folder, and nothing is written.
+TEST(ExtendLlama2, RefusesASentencePieceModelThatIsNotBpe) {
+  if (!fs::exists(vocab_dir("llama2") + "/tokenizer.model")) GTEST_SKIP() << "no llama2 vocabulary";
+  const std::string dir = tmp_dir() + "/unigram_base";
+  fs::create_directories(dir);
+  const std::string bytes = *lm::read_file(vocab_dir("llama2") + "/tokenizer.model");
+  std::string unigram;
+  wire::filter_message(bytes, {}, [](int field, std::string* p) {
+    if (field != 2) return false;  // trainer_spec: model_type (3) = UNIGRAM (1)
+    std::string spec;
+    wire::filter_message(*p, {3}, [](int, std::string*) { return false; }, &spec);
+    wire::write_varint(3 << 3, &spec);
+    wire::write_varint(1, &spec);
+    *p = spec;
+    return true;
+  }, &unigram);
+  std::ofstream(dir + "/tokenizer.model", std::ios::binary) << unigram;
+  fs::copy_file(vocab_dir("llama2") + "/tokenizer_config.json", dir + "/tokenizer_config.json");
+  ExtendOptions o;
+  o.base = dir, o.corpus = corpus_manifest(), o.out = tmp_dir() + "/unigram_ext", o.add = 100;
+  auto r = extend_tokenizer(o);
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.status().message().find("not a BPE tokenizer.model"), std::string::npos) << r.status();
+  EXPECT_NE(r.status().message().find(dir), std::string::npos) << r.status();
+  EXPECT_FALSE(fs::exists(o.out));
 }
 
 // An HF checkpoint folder as the base is imported first: the same extension as from its import.
