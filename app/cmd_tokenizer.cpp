@@ -129,6 +129,7 @@ void add_extend_options(CLI::App* sub, tokenizer::ExtendOptions& e) {
       ->capture_default_str();
   sub->add_option("--guard", e.guard,
                   "--extend: what a new token must hold, so text without it tokenizes exactly as the base: "
+                  "auto (bengali for a SentencePiece base, else marks+bengali), "
                   "marks+bengali (a combining mark or a Bengali letter), marks (a combining mark; mark-free Bangla "
                   "then stays as the base has it too, and Bangla gains far less) or bengali (a combining mark or any "
                   "Bengali-block character: Bengali digits change too; for Llama 2, which spells them in bytes)")

@@ -53,8 +53,9 @@ absl::Status check_options(const ExtendOptions& o) {
   if (o.add <= 0 || o.add > kMaxAdd)
     return absl::InvalidArgumentError(absl::StrCat("--add: ", o.add, " new tokens: give 1 to ", kMaxAdd,
                                                    " (e.g. 32000: docs/tokenizer.md, \"Vocabulary extension\")"));
-  if (o.guard != "marks" && o.guard != "marks+bengali" && o.guard != "bengali")
-    return absl::InvalidArgumentError(absl::StrCat("--guard: '", o.guard, "' is not marks, marks+bengali or bengali"));
+  if (o.guard != "auto" && o.guard != "marks" && o.guard != "marks+bengali" && o.guard != "bengali")
+    return absl::InvalidArgumentError(
+        absl::StrCat("--guard: '", o.guard, "' is not auto, marks, marks+bengali or bengali"));
   if (o.sample_chars <= 0) return absl::InvalidArgumentError("--sample-chars: must be positive");
   if (o.min_count < 1) return absl::InvalidArgumentError("--min-count: must be at least 1");
   if (o.corpus.empty()) return absl::InvalidArgumentError("--corpus: required with --extend (the text to learn from)");
@@ -214,6 +215,14 @@ absl::StatusOr<ExtensionWriter> prepare_bpe_extension(const ExtendOptions& o, co
   });
 }
 
+// --guard auto: marks+bengali for a byte-level BPE (Bengali digits keep the base's byte merges),
+// bengali for a SentencePiece base (Llama 2 spells each Bengali digit in three byte tokens).
+ExtendOptions resolve_guard(const ExtendOptions& o, bool spm) {
+  ExtendOptions r = o;
+  if (r.guard == "auto") r.guard = spm ? "bengali" : "marks+bengali";
+  return r;
+}
+
 absl::StatusOr<std::string> import_if_hf(const ExtendOptions& o, std::string* imported) {
   if (!is_hf_folder(o.base)) return o.base;
   *imported = o.out + ".base-import";
@@ -236,14 +245,15 @@ absl::StatusOr<ExtendResult> extend_tokenizer(const ExtendOptions& o) {
   LM_RETURN_IF_ERROR(base.status());
   const bool spm = base->tok.type() == kTypeSentencePiece;
   if (!spm) LM_RETURN_IF_ERROR(check_base_json(*base, o.base));
-  LM_ASSIGN_OR_RETURN(TrainingSample sample, read_corpus(o));
+  const ExtendOptions ro = resolve_guard(o, spm);
+  LM_ASSIGN_OR_RETURN(TrainingSample sample, read_corpus(ro));
   ExtendResult r;
   r.base = base->tok;
-  LM_ASSIGN_OR_RETURN(ExtensionWriter write, spm ? prepare_spm_extension(o, *base, sample, r)
-                                                 : prepare_bpe_extension(o, *base, sample, r));
+  LM_ASSIGN_OR_RETURN(ExtensionWriter write, spm ? prepare_spm_extension(ro, *base, sample, r)
+                                                 : prepare_bpe_extension(ro, *base, sample, r));
   const std::string tmp = o.out + ".tmp-extend";
   LM_RETURN_IF_ERROR(remove_tree(tmp));
-  if (absl::Status s = write_all(write, sample, o, tmp, r); !s.ok()) {
+  if (absl::Status s = write_all(write, sample, ro, tmp, r); !s.ok()) {
     (void)remove_tree(tmp);  // a failed extension leaves nothing behind
     return s;
   }

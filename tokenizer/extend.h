@@ -38,10 +38,11 @@ struct ExtendOptions {
   std::string out;
   int64_t add = 0;                      // new tokens at most
   std::string split = "llama3-marks";   // llama3-marks | qwen35 | gpt-4o
-  std::string guard = "marks+bengali";  // what a new token must hold: marks+bengali (a combining mark or a
-                                        // Bengali letter), marks (a combining mark: also mark-free Bangla
-                                        // stays as the base has it; 2.95 instead of 4.20 chars/token, docs)
-                                        // or bengali (a mark or any Bengali-block character: digits too)
+  std::string guard = "auto";  // what a new token must hold: marks+bengali (a combining mark or a Bengali
+                               // letter), marks (a combining mark: also mark-free Bangla stays as the base
+                               // has it; 2.95 instead of 4.20 chars/token, docs), bengali (a mark or any
+                               // Bengali-block character: digits too); auto: bengali for a SentencePiece
+                               // base (Llama 2 spells Bengali digits in bytes), else marks+bengali
   int64_t sample_chars = 30000000;      // code points of the corpus read at most (bounded memory)
   int64_t heldout_every = 50;           // every N-th document is held out for the report
   int64_t min_count = 2;                // a pair seen fewer times in the corpus gets no token

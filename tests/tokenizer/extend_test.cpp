@@ -452,7 +452,7 @@ TEST(ExtendLlama2, BasePiecesKeptMarkFreeTextExactNewPiecesReachable) {
   EXPECT_LT(ext, base * 0.4) << "base " << base << " tokens, extended " << ext;  // Llama 2: 3 bytes a letter
 }
 
-// --guard bengali gives Bengali digits pieces (the default keeps numbers as the base has them).
+// --guard bengali gives Bengali digits pieces (marks+bengali keeps them as the base has them).
 TEST(ExtendLlama2, BengaliGuardGivesDigitsTheirPieces) {
   REQUIRE_EXTENDED(e, "llama2", "llama3-marks", 600);
   REQUIRE_EXTENDED(b, "llama2", "llama3-marks", 600, "bengali");
@@ -460,6 +460,13 @@ TEST(ExtendLlama2, BengaliGuardGivesDigitsTheirPieces) {
   EXPECT_EQ(e->ext.encode(digits), e->base.encode(digits));
   EXPECT_LT(b->ext.encode(digits).size(), b->base.encode(digits).size());
   expect_spm_base_kept(*b);
+  for (const std::string& line : mark_free_lines())  // text without a Bengali-block character: exact
+    if (line.find("\xe0\xa6") == std::string::npos && line.find("\xe0\xa7") == std::string::npos)
+      ASSERT_EQ(b->ext.encode(line), b->base.encode(line)) << line;
+  // --guard auto (the default) is bengali for a SentencePiece base.
+  REQUIRE_EXTENDED(a, "llama2", "llama3-marks", 600, "auto");
+  EXPECT_EQ(a->extension["guard"], "bengali");
+  EXPECT_EQ(a->ext.hash(), b->ext.hash());
 }
 
 // A SentencePiece model the word path cannot encode exactly (here: Llama 2's marked unigram) is
