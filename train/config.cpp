@@ -166,6 +166,14 @@ absl::Status check_param_groups(const ParamGroupsConfig& g) {
   if (g.embeddings_only_steps < 0)
     return absl::InvalidArgumentError(absl::StrCat("train.param_groups.embeddings_only_steps: must be >= 0, got ",
                                                    g.embeddings_only_steps));
+  if (g.rewarmup_steps < 0)
+    return absl::InvalidArgumentError(absl::StrCat("train.param_groups.rewarmup_steps: must be >= 0, got ",
+                                                   g.rewarmup_steps));
+  if (g.rewarmup_steps > 0 && g.embeddings_only_steps == 0)
+    return absl::InvalidArgumentError(absl::StrCat(
+        "train.param_groups.rewarmup_steps: ", g.rewarmup_steps, " ramps the blocks in after the embeddings-only "
+        "stage, but embeddings_only_steps is 0 (no stage); set embeddings_only_steps too, or use "
+        "schedule.warmup_steps for the whole run"));
   if (g.embeddings_only_steps > 0 && g.embeddings_lr_scale == 0 && g.head_lr_scale == 0)
     return absl::InvalidArgumentError(
         "train.param_groups.embeddings_only_steps: the embeddings and the head are both frozen (lr scale 0), so the "

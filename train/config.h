@@ -158,11 +158,14 @@ struct ParamGroupsConfig {
   double blocks_lr_scale = 1.0;      // attention and MLP weights and biases of every layer
   double norms_lr_scale = 1.0;       // RMSNorm weights
   int64_t embeddings_only_steps = 0;
+  // After the first stage the groups that join it (blocks, norms) ramp linearly from 1/W of their lr
+  // to all of it over these W steps (0: all of it at once), as a warmup does for a fresh run.
+  int64_t rewarmup_steps = 0;
   template <class V>
   void visit(V& v) {
     v("embeddings_lr_scale", embeddings_lr_scale); v("head_lr_scale", head_lr_scale);
     v("blocks_lr_scale", blocks_lr_scale); v("norms_lr_scale", norms_lr_scale);
-    v("embeddings_only_steps", embeddings_only_steps);
+    v("embeddings_only_steps", embeddings_only_steps); v("rewarmup_steps", rewarmup_steps);
   }
 };
 

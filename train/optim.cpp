@@ -14,7 +14,8 @@ namespace lm::train {
 
 AdamW::AdamW(const std::vector<std::pair<std::string, torch::Tensor>>& params, const TrainConfig& cfg)
     : beta1_(cfg.optimizer.beta1), beta2_(cfg.optimizer.beta2), eps_(cfg.optimizer.eps), weight_decay_(cfg.optimizer.weight_decay) {
-  for (int g = 0; g < kParamGroups; ++g) lr_scale_[g] = lr_scale(cfg.param_groups, static_cast<ParamGroup>(g));
+  groups_ = cfg.param_groups;
+  set_step(0);
   for (const auto& [name, p] : params) {
     if (!p.requires_grad()) continue;
     const bool is_embedding = name.find("embed_tokens") != std::string::npos;
@@ -44,6 +45,10 @@ torch::Tensor& AdamW::step_tensor(const torch::Device& device, int group) {
 void AdamW::step(double lr, const torch::Tensor& found_inf) {
   TORCH_CHECK(lr >= 0, "AdamW::step: learning rate ", lr, " < 0");
   update(lr, found_inf);
+}
+
+void AdamW::set_step(int64_t step) {
+  for (int g = 0; g < kParamGroups; ++g) lr_scale_[g] = lr_scale_at(groups_, static_cast<ParamGroup>(g), step);
 }
 
 void AdamW::set_lr(double lr) {

@@ -32,6 +32,8 @@ class AdamW {
   // (float32, one per device): a captured CUDA graph replays it with the current value. The
   // trainer uses it for every CUDA step, graphed or not, so both round lr to float32 alike.
   void set_lr(double lr);
+  // The group scales of optimizer step `step` (0-based; lr_scale_at): call before its set_lr/step.
+  void set_step(int64_t step);
   void step_device_lr(const torch::Tensor& found_inf = {});
   void zero_grad();
 
@@ -56,6 +58,7 @@ class AdamW {
   std::vector<Slot> slots_;
   std::vector<std::string> decayed_, not_decayed_;
   double beta1_, beta2_, eps_, weight_decay_;
+  ParamGroupsConfig groups_;
   double lr_scale_[kParamGroups];
   // Each group's step count t as a float32 scalar per device, advanced on the device by
   // 1 - found_inf when the group is updated: bias correction reads it, and a skipped step must not

@@ -36,6 +36,14 @@ double lr_scale(const ParamGroupsConfig& c, ParamGroup g) {
 
 bool embeddings_only_at(const ParamGroupsConfig& c, int64_t step) { return step < c.embeddings_only_steps; }
 
+double lr_scale_at(const ParamGroupsConfig& c, ParamGroup g, int64_t step) {
+  const double s = lr_scale(c, g);
+  const bool joins = g == ParamGroup::kBlocks || g == ParamGroup::kNorms;
+  const int64_t since = step - c.embeddings_only_steps;  // 0 at the first step of the whole model
+  if (!joins || c.embeddings_only_steps == 0 || since < 0 || since >= c.rewarmup_steps) return s;
+  return s * static_cast<double>(since + 1) / static_cast<double>(c.rewarmup_steps);
+}
+
 bool trains_at(const ParamGroupsConfig& c, ParamGroup g, int64_t step) {
   if (lr_scale(c, g) == 0) return false;
   if (!embeddings_only_at(c, step)) return true;
@@ -64,7 +72,10 @@ std::string describe_param_groups(const ParamGroupsConfig& c) {
   std::vector<std::string> parts;
   if (c.embeddings_only_steps > 0)
     parts.push_back(absl::StrCat("steps 1-", c.embeddings_only_steps,
-                                 " train only the embeddings and the head, then the whole model"));
+                                 " train only the embeddings and the head, then the whole model",
+                                 c.rewarmup_steps > 0 ? absl::StrCat(" (blocks and norms ramped in over ",
+                                                                     c.rewarmup_steps, " steps)")
+                                                      : std::string()));
   if (!scales.empty()) parts.push_back("lr " + absl::StrJoin(scales, ", "));
   if (!frozen.empty()) parts.push_back("frozen for the whole run: " + absl::StrJoin(frozen, ", "));
   return parts.empty() ? "" : "parameter groups: " + absl::StrJoin(parts, "; ");

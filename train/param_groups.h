@@ -28,6 +28,10 @@ const char* group_name(ParamGroup g);  // "embeddings", "head", "blocks", "norms
 // The group's multiplier of the scheduled lr.
 double lr_scale(const ParamGroupsConfig& c, ParamGroup g);
 
+// The group's multiplier at optimizer step `step` (0-based): lr_scale, ramped in for the
+// rewarmup_steps after the first stage for the groups that join there (blocks, norms).
+double lr_scale_at(const ParamGroupsConfig& c, ParamGroup g, int64_t step);
+
 // True while optimizer step `step` (0-based) is in the embeddings-only first stage.
 bool embeddings_only_at(const ParamGroupsConfig& c, int64_t step);
 

@@ -526,6 +526,7 @@ StepResult Trainer::train_step() {
   r.lr = lr_at(tc_, step_);
   const FaultInjector::Site fault = faults_.at(step_);
   const auto t_step = Clock::now();
+  optim_->set_step(step_);                       // the groups' scales (a re-warmup after the first stage)
   if (device_.is_cuda()) optim_->set_lr(r.lr);  // read on the device by the update (and a replay)
   // No graph in the embeddings-only stage: its step leaves out gradients the next stage applies,
   // so the graph is captured once the whole model trains.

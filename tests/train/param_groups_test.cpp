@@ -40,6 +40,29 @@ TEST(ParamGroups, NamesFallIntoTheirGroups) {
   EXPECT_EQ(describe_param_groups(ParamGroupsConfig{}), "");
 }
 
+// After the first stage the blocks and norms ramp in: step N+k (0-based from the stage's end) at
+// (k+1)/W of their scale; the embeddings and head keep theirs; a ramp without a stage is refused.
+TEST(ParamGroups, RewarmupRampsTheJoiningGroupsIn) {
+  ParamGroupsConfig c;
+  c.embeddings_only_steps = 3;
+  c.rewarmup_steps = 4;
+  c.blocks_lr_scale = 0.5;
+  EXPECT_DOUBLE_EQ(lr_scale_at(c, ParamGroup::kBlocks, 3), 0.125);
+  EXPECT_DOUBLE_EQ(lr_scale_at(c, ParamGroup::kBlocks, 4), 0.25);
+  EXPECT_DOUBLE_EQ(lr_scale_at(c, ParamGroup::kNorms, 5), 0.75);
+  EXPECT_DOUBLE_EQ(lr_scale_at(c, ParamGroup::kBlocks, 6), 0.5);
+  EXPECT_DOUBLE_EQ(lr_scale_at(c, ParamGroup::kBlocks, 100), 0.5);
+  EXPECT_DOUBLE_EQ(lr_scale_at(c, ParamGroup::kEmbeddings, 3), 1.0);
+  EXPECT_DOUBLE_EQ(lr_scale_at(c, ParamGroup::kHead, 4), 1.0);
+  EXPECT_NE(describe_param_groups(c).find("ramped in over 4 steps"), std::string::npos) << describe_param_groups(c);
+  TrainConfig tc;
+  tc.param_groups.rewarmup_steps = 10;
+  auto st = resolve(tc, *model::preset("tiny"));
+  ASSERT_FALSE(st.ok());
+  EXPECT_NE(st.message().find("train.param_groups.rewarmup_steps"), std::string::npos) << st;
+  EXPECT_NE(st.message().find("embeddings_only_steps is 0"), std::string::npos) << st;
+}
+
 TEST(ParamGroups, BadValuesNameTheField) {
   TrainConfig tc;
   tc.param_groups.blocks_lr_scale = -1;
@@ -157,6 +180,37 @@ TEST_F(EmbeddingsOnlyStage, ResumeAcrossTheBoundaryIsBitIdentical) {
       EXPECT_TRUE(*read_file(RunFolder(r.run_dir).checkpoint(6) + f) == *read_file(RunFolder(ref.run_dir).checkpoint(6) + f))
           << f << " differs after a stop at step " << stop;
   }
+}
+
+// With rewarmup_steps 4 the blocks' first update (step 4) is a quarter of the one without: the
+// weights and gradients at step 3 are the same in both runs, and AdamW's update and its decoupled
+// decay are both linear in the lr. A resume inside the ramp (stopped at step 4) ends bit-identical.
+TEST_F(EmbeddingsOnlyStage, RewarmupRampsTheBlocksInAndResumesExactly) {
+  const FitRequest plain = request("plain");
+  FitRequest ramp = request("ramp");
+  ramp.train.param_groups.rewarmup_steps = 4;
+  ASSERT_TRUE(testing::fit_synthetic(plain).ok());
+  ASSERT_TRUE(testing::fit_synthetic(ramp).ok());
+  const auto p3 = weights(plain, 3), p4 = weights(plain, 4), r3 = weights(ramp, 3), r4 = weights(ramp, 4);
+  int blocks = 0;
+  for (const auto& [name, t] : p3) {
+    ASSERT_TRUE(torch::equal(t, r3.at(name))) << name << ": the stage is the same in both runs";
+    if (param_group(name) != ParamGroup::kBlocks) continue;
+    const double dp = (p4.at(name) - t).abs().max().item<double>(), dr = (r4.at(name) - t).abs().max().item<double>();
+    EXPECT_NEAR(dr / dp, 0.25, 2e-3) << name << ": " << dr << " vs " << dp;
+    ++blocks;
+  }
+  EXPECT_GT(blocks, 4);
+  FitRequest r = request("ramp_stop");
+  r.train.param_groups.rewarmup_steps = 4;
+  r.train.stop_at_step = 4;
+  ASSERT_TRUE(testing::fit_synthetic(r).ok());
+  r.train.stop_at_step = -1;
+  r.resume = true;
+  ASSERT_TRUE(testing::fit_synthetic(r).ok());
+  for (const char* f : {"/model.safetensors", "/optimizer.safetensors"})
+    EXPECT_TRUE(*read_file(RunFolder(r.run_dir).checkpoint(6) + f) == *read_file(RunFolder(ramp.run_dir).checkpoint(6) + f))
+        << f << " differs after a stop inside the ramp";
 }
 
 // A group at lr scale 0 never moves, and the start-up arbiter does not fail on it.
