@@ -96,9 +96,20 @@ std::string nccl_version() {
 #endif
 }
 
+// A Gloo group on `store` (loopback when the master is local).
+c10::intrusive_ptr<PgBase> gloo_group(const c10::intrusive_ptr<c10d::Store>& store, const DistEnv& env,
+                                      std::chrono::seconds timeout) {
+  auto opts = c10d::ProcessGroupGloo::Options::create(std::chrono::duration_cast<std::chrono::milliseconds>(timeout));
+  const bool loopback = env.master_addr == "127.0.0.1" || env.master_addr == "localhost";
+  opts->devices.push_back(loopback ? c10d::ProcessGroupGloo::createDeviceForHostname("127.0.0.1")
+                                   : c10d::ProcessGroupGloo::createDefaultDevice());
+  return c10::make_intrusive<c10d::ProcessGroupGloo>(store, env.rank, env.world, opts);
+}
+
 struct Comm::Impl {
   c10::intrusive_ptr<c10d::Store> store;
   c10::intrusive_ptr<PgBase> pg;
+  c10::intrusive_ptr<PgBase> control;  // CPU (Gloo): pg itself on CPU, its own group beside NCCL
   int rank = 0, world = 1;
   torch::Device device{torch::kCPU};
   const char* backend = "gloo";
@@ -135,17 +146,14 @@ absl::StatusOr<std::unique_ptr<Comm>> Comm::connect(const DistEnv& env, const to
       opts->timeout = std::chrono::duration_cast<std::chrono::milliseconds>(timeout);
       impl->pg = c10::make_intrusive<c10d::ProcessGroupNCCL>(impl->store, env.rank, env.world, opts);
       impl->backend = "nccl";
+      impl->control = gloo_group(c10::make_intrusive<c10d::PrefixStore>("control/", impl->store), env, timeout);
 #else
       return absl::UnimplementedError(
           "data parallel on CUDA needs a LibTorch built with NCCL and nccl.h at build time (LibTorch 2.x "
           "CUDA image, see docs/distributed.md); this build has Gloo only");
 #endif
     } else {
-      auto opts = c10d::ProcessGroupGloo::Options::create(std::chrono::duration_cast<std::chrono::milliseconds>(timeout));
-      const bool loopback = env.master_addr == "127.0.0.1" || env.master_addr == "localhost";
-      opts->devices.push_back(loopback ? c10d::ProcessGroupGloo::createDeviceForHostname("127.0.0.1")
-                                       : c10d::ProcessGroupGloo::createDefaultDevice());
-      impl->pg = c10::make_intrusive<c10d::ProcessGroupGloo>(impl->store, env.rank, env.world, opts);
+      impl->pg = impl->control = gloo_group(impl->store, env, timeout);
     }
   } catch (const std::exception& e) {
     return absl::UnavailableError(absl::StrFormat(
@@ -175,6 +183,14 @@ double Comm::sum(double value) {
   std::vector<at::Tensor> t{torch::tensor({value}, torch::kFloat64).to(impl_->device)};
   impl_->pg->allreduce(t)->wait();
   return t[0].item<double>();
+}
+
+int64_t Comm::host_max(int64_t value) {
+  std::vector<at::Tensor> t{torch::tensor({value}, torch::kInt64)};
+  c10d::AllreduceOptions o;
+  o.reduceOp = c10d::ReduceOp::MAX;
+  impl_->control->allreduce(t, o)->wait();
+  return t[0].item<int64_t>();
 }
 
 double Comm::max(double value) {

@@ -65,6 +65,10 @@ class Comm {
   const char* backend() const;
   double sum(double value);
   double max(double value);
+  // The max over ranks on a CPU group (Gloo; the main group itself on CPU, a second Gloo group on
+  // the same store beside NCCL): the host agrees without waiting for the GPU (the per-micro-batch
+  // stop agreement, train/trainer.cpp).
+  int64_t host_max(int64_t value);
   // Every rank must pass the same string (config and tokenizer hash); errors name the ranks and end
   // with `hint`.
   absl::Status check_same(const std::string& what, const std::string& value,

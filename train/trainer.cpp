@@ -661,14 +661,16 @@ torch::Tensor Trainer::accumulate_gradients(FaultInjector::Site fault,
   torch::Tensor step_loss = torch::zeros({}, torch::TensorOptions().dtype(torch::kFloat64).device(device_));
   for (int64_t micro = 0; micro < tc_.batch.grad_accum; ++micro) {
     micro_done_ = micro;
-    if (can_drop_step() && lm::stop_signal() != 0) {  // a stop is heard within one micro-batch
+    if (can_drop_step() && drop_step_now()) {  // a stop is heard within one micro-batch
       abandoned_ = true;
       break;
     }
     if (tc_.debug.slow_forward_ms > 0)  // tests: a run slowed on purpose (the throughput floor)
       std::this_thread::sleep_for(std::chrono::duration<double, std::milli>(tc_.debug.slow_forward_ms));
     torch::Tensor w = window(micro);
-    if (can_drop_step() && !mapped_file_fault().empty()) {  // a shard shrank under the run: zeros, not data
+    // A shard shrank under the run: zeros, not data. One process drops the step here; ranks learn it
+    // at the next micro-batch's agreement (drop_step_now) or at the step's end (check_data_intact).
+    if (can_drop_step() && req_.comm == nullptr && !mapped_file_fault().empty()) {
       abandoned_ = true;
       break;
     }
@@ -1040,10 +1042,26 @@ Trainer::Stop Trainer::stop_policy() {
   return Stop::kSignal;
 }
 
-// Where a step can be dropped between micro-batches (a stop signal, a shard that shrank): one
-// process (ranks agree on stopping at read steps only: stop_policy) and not a CUDA graph (a replay
-// is one launch).
-bool Trainer::can_drop_step() const { return req_.comm == nullptr && !graphs_; }
+// Where a step can be dropped between micro-batches (a stop signal, a shard that shrank): not in a
+// CUDA graph (a replay is one launch). With data parallel the ranks agree before every micro-batch
+// (drop_step_now).
+bool Trainer::can_drop_step() const { return !graphs_; }
+
+// Whether the step in flight is dropped before its next micro-batch: a stop signal, or a shard
+// that shrank under an earlier one. With data parallel every rank asks the others first
+// (Comm::host_max, on the CPU: no wait for the GPU), so all drop the same step at the same
+// micro-batch, before the last one's backward starts the gradient all-reduce that would leave a
+// rank that went on waiting for the ones that stopped.
+bool Trainer::drop_step_now() {
+  int64_t v = 2 * static_cast<int64_t>(lm::stop_signal()) + (mapped_file_fault().empty() ? 0 : 1);
+  if (req_.comm != nullptr) {
+    v = req_.comm->host_max(v);
+    ++sum_.micro_agreements;
+  }
+  mid_step_signal_ = static_cast<int>(v / 2);
+  mid_step_fault_ = v % 2 == 1;
+  return v != 0;
+}
 
 // The step in flight is dropped whole: its partial gradients are discarded and the data stream
 // goes back to the step's start, so the checkpoint of the last complete step resumes bit-identically
@@ -1053,8 +1071,14 @@ absl::Status Trainer::stop_mid_step() {
   ahead_ = torch::Tensor();
   LM_RETURN_IF_ERROR(annotate(source_.restore(step_cursor_), "rewinding the data stream to the step's start"));
   const std::string shard = mapped_file_fault();
-  if (shard.empty()) sum_.stop_signal = lm::stop_signal();
-  LM_RETURN_IF_ERROR(checkpoint(/*wait=*/true));
+  const bool fault = !shard.empty() || mid_step_fault_;  // here or on another rank (the agreement)
+  if (!fault) sum_.stop_signal = std::max(lm::stop_signal(), mid_step_signal_);
+  LM_RETURN_IF_ERROR(checkpoint(/*wait=*/true));  // every rank: the checkpoint is collective
+  if (fault && shard.empty())
+    return absl::DataLossError(absl::StrFormat(
+        "a shard shrank under another rank while fit was reading it; step %d dropped on every rank, stopped after "
+        "step %d with a checkpoint (that rank's log names the file). Put the shards back and --resume",
+        step_ + 1, step_));
   if (!shard.empty())
     return absl::DataLossError(absl::StrFormat(
         "%s: the file shrank while fit was reading it (a read past its new end; it was checked when opened); step %d "

@@ -86,6 +86,7 @@ struct FitSummary {
   std::vector<std::string> fast_paths_verified;  // checked against their reference at start-up and kept
   bool cuda_graph_captured = false;  // train.hardware.cuda_graphs: a graph was captured and replayed
   int64_t rank_agreements = 0;   // data parallel: collectives of the stop/checkpoint agreement (stop_policy)
+  int64_t micro_agreements = 0;  // data parallel: host-side stop agreements before micro-batches (drop_step_now)
   double final_loss = 0;
   std::map<std::string, double> val_loss;
   std::string checkpoint;
@@ -198,6 +199,7 @@ class Trainer {
   Stop stop_policy();
   void announce_stop(Stop why);
   bool can_drop_step() const;
+  bool drop_step_now();
   absl::Status stop_mid_step();
   absl::Status check_data_intact() const;
   FitSummary finish() const;
@@ -242,6 +244,8 @@ class Trainer {
   Json step_cursor_;
   int64_t micro_done_ = 0;     // micro-batches the step in flight finished
   bool abandoned_ = false;
+  int mid_step_signal_ = 0;    // the signal the ranks agreed on before a micro-batch (any rank's)
+  bool mid_step_fault_ = false;  // ... or a shard that shrank on some rank
   std::vector<StepResult> unread_;  // steps whose results are still only on the device
   StepResult last_;                 // the last step read
 

@@ -168,6 +168,37 @@ TEST(DataParallel, TwoRankRunResumesExactly) {
   EXPECT_NE(run(1, part, 8, -1, true, part.string() + ".c"), 0);
 }
 
+// Issue 40: a stop request on one rank in the middle of a step's 50 micro-batches. Every rank
+// agrees before each micro-batch (Comm::host_max), so all drop step 3 at the same micro-batch
+// (none is left in the gradient all-reduce), checkpoint step 2, and the resume ends as the unbroken
+// run. Before, data parallel finished the step (and waited for the next read step to agree).
+TEST(DataParallel, StopOnOneRankMidStepDropsTheStepOnAllAndResumesExactly) {
+  setenv("LM_DDP_ACCUM", "4", 1);
+  auto full = tmp("stop-full"), part = tmp("stop-part");
+  const int rc_full = run(2, full, 4, -1, false, full.string() + ".losses");
+  setenv("LM_DDP_SIGTERM_AT", "10", 1);  // rank 1, step 3 (windows 9-12), its 2nd micro-batch
+  const int rc_stop = run(2, part, 4, -1, false, part.string() + ".a");
+  unsetenv("LM_DDP_SIGTERM_AT");
+  const int rc_resume = run(2, part, 4, -1, true, part.string() + ".b");
+  unsetenv("LM_DDP_ACCUM");
+  ASSERT_EQ(rc_full, 0);
+  ASSERT_EQ(rc_stop, 0);
+  ASSERT_EQ(rc_resume, 0);
+  auto a = read_losses(part.string() + ".a"), b = read_losses(part.string() + ".b");
+  EXPECT_EQ(a.size(), 2u) << "step 3 is dropped, not finished";
+  std::ifstream after(part / "rank1.after");
+  int64_t n = -1;
+  after >> n;
+  EXPECT_LE(n, 1) << "windows rank 1 fetched after its stop request";
+  a.insert(a.end(), b.begin(), b.end());
+  auto f = read_losses(full.string() + ".losses");
+  ASSERT_EQ(a.size(), f.size());
+  for (size_t i = 0; i < f.size(); ++i) EXPECT_EQ(a[i], f[i]) << "step " << i + 1;
+  auto wf = weights(full), wp = weights(part);
+  ASSERT_EQ(wf.size(), wp.size());
+  for (size_t i = 0; i < wf.size(); ++i) EXPECT_TRUE(torch::equal(wf[i], wp[i])) << i;
+}
+
 // Issue 39: a rank resuming from a folder of its own (without rank 0's newest checkpoint) restarted
 // from an older step while rank 0 went on from its checkpoint, and the two trained together on mixed gradients.
 // After the restore every rank must agree on the step and the checkpoint, or none trains.

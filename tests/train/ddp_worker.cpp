@@ -4,7 +4,10 @@
 // (micro-batches per step; the global batch stays the same), LM_DDP_DEVICE=cuda, LM_DDP_FORCE_COMM=1
 // (a process group even with WORLD_SIZE=1: the NCCL smoke run), LM_DDP_STATS=FILE (bucket counts,
 // then the step-result reads and the ranks' stop agreements), LM_DDP_LOG_EVERY (train.logging.interval),
-// LM_DDP_RANK1_DIR (rank 1's run folder instead of RUN_DIR: a node with its own copy).
+// LM_DDP_RANK1_DIR (rank 1's run folder instead of RUN_DIR: a node with its own copy),
+// LM_DDP_SIGTERM_AT=N (rank 1 gets a stop request, as SIGTERM's handler makes, when it fetches its
+// N-th window; it writes how many windows it fetched after that to RUN_DIR/rank1.after).
+#include <csignal>
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
@@ -21,6 +24,22 @@ const char* env_or(const char* name, const char* fallback) {
   const char* v = std::getenv(name);
   return v != nullptr && *v != 0 ? v : fallback;
 }
+
+// The synthetic rows with a stop request at a chosen window (LM_DDP_SIGTERM_AT).
+class StopAtWindow : public lm::train::testing::SyntheticSource {
+ public:
+  StopAtWindow(int64_t rows, int64_t len, int64_t vocab, int rank, int world, int64_t stop_at)
+      : SyntheticSource(rows, len, vocab, rank, world), stop_at_(stop_at) {}
+  void next(std::vector<int32_t>* out) override {
+    if (++fetched_ == stop_at_) lm::request_stop(SIGTERM);
+    if (stop_at_ > 0 && fetched_ > stop_at_) ++after_;
+    SyntheticSource::next(out);
+  }
+  int64_t after_ = 0;
+
+ private:
+  int64_t stop_at_, fetched_ = 0;
+};
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -66,9 +85,11 @@ int main(int argc, char** argv) {
   r.rank = env->rank;
   r.local_rank = env->local_rank;
   r.comm = comm.get();
-  lm::train::testing::SyntheticSource src(r.train.batch.micro_batch, r.train.batch.seq_len + 1, r.model.vocab_size,
-                                          env->rank, env->world);
+  const int64_t stop_at = env->rank == 1 ? std::atoll(env_or("LM_DDP_SIGTERM_AT", "0")) : 0;
+  StopAtWindow src(r.train.batch.micro_batch, r.train.batch.seq_len + 1, r.model.vocab_size, env->rank, env->world,
+                   stop_at);
   auto sum = lm::train::fit(r, src, {});
+  if (stop_at > 0) std::ofstream(r.run_dir + "/rank1.after") << src.after_ << "\n";
   if (!sum.ok()) return lm::report_error(sum.status());
   if (env->rank == 0 && argc > 6) {
     std::ofstream out(argv[6]);
