@@ -296,6 +296,21 @@ Json BatchSampler::cursor() const {
               {"step", step_},     {"consumed", used}};
 }
 
+// The cursor's step in this sampler's layout: the global rows consumed (step x batch x world, the
+// same whatever the layout: row g's window depends on g alone) over this one's rows per step. A
+// resume on another number of ranks (trainer: the same rows per optimizer step) lands on a step
+// boundary; a layout that would split one is refused.
+absl::StatusOr<int64_t> BatchSampler::resharded_step(const Json& c) const {
+  const int64_t batch = c.at("batch").get<int64_t>(), world = c.at("world").get<int64_t>();
+  const int64_t rows = c.at("step").get<int64_t>() * batch * world, per_step = cfg_.batch * cfg_.world;
+  if (batch < 1 || world < 1 || rows % per_step != 0)
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "data cursor: %d rows consumed (step %d x batch %d x world %d) are not a whole number of this run's steps of "
+        "%d rows (batch %d x world %d); resume with a layout whose rows per step divide them",
+        rows, c.at("step").get<int64_t>(), batch, world, per_step, cfg_.batch, cfg_.world));
+  return rows / per_step;
+}
+
 absl::Status BatchSampler::restore(const Json& c) {
   auto bad = [](const std::string& msg) {
     return absl::InvalidArgumentError(absl::StrCat("data cursor: ", msg));
@@ -316,7 +331,7 @@ absl::Status BatchSampler::restore(const Json& c) {
       return absl::OkStatus();
     };
     const Json mine = cursor();
-    for (const char* key : {"seed", "batch", "seq_len", "world", "doc_aligned", "windows"}) {
+    for (const char* key : {"seed", "seq_len", "doc_aligned", "windows"}) {
       LM_RETURN_IF_ERROR(same(key, mine.at(key)));
     }
     // Probabilities round-trip through JSON text; compare with a tolerance far below any real change.
@@ -338,7 +353,7 @@ absl::Status BatchSampler::restore(const Json& c) {
       consumed[l] = v.get<uint64_t>();
     }
     if (!c.at("step").is_number_integer() || c.at("step").get<int64_t>() < 0) return bad("step: expected a count");
-    step_ = c.at("step").get<int64_t>();
+    LM_ASSIGN_OR_RETURN(step_, resharded_step(c));
     consumed_ = std::move(consumed);
   } catch (const Json::exception& e) {
     return bad(absl::StrCat("malformed: ", e.what()));

@@ -51,8 +51,8 @@ class BatchSampler {
   // The state that makes the next next() return the next unseen batch, plus the config it
   // belongs to. Same for every rank (the state is global), so any rank's cursor resumes all.
   Json cursor() const;
-  // Errors (InvalidArgument) when the cursor's seed, batch, seq_len, world, doc_aligned, weights or
-  // window counts differ from this sampler's.
+  // Errors (InvalidArgument) when the cursor's seed, seq_len, doc_aligned, weights or window counts
+  // differ from this sampler's. Another batch or world is re-dealt (resharded_step).
   absl::Status restore(const Json& cursor);
 
   const SamplerConfig& config() const { return cfg_; }
@@ -84,6 +84,7 @@ class BatchSampler {
   };
 
  private:
+  absl::StatusOr<int64_t> resharded_step(const Json& cursor) const;
   struct LangData {  // one stream
     std::string name;    // cursor key: "lang/source", or "lang" when the shards name no source
     std::string lang, source;

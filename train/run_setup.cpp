@@ -15,6 +15,7 @@
 #include "data/sampler.h"
 #include "model/hf_import.h"
 #include "model/vocab_extension.h"
+#include "train/checkpoint.h"
 #include "train/device.h"
 #include "train/preflight.h"
 #include "train/resume.h"
@@ -160,12 +161,47 @@ SourceOf source_of(const FitOptions& o) {
   };
 }
 
+// A resume on another number of ranks keeps the rows of a step (micro_batch x grad_accum x ranks):
+// grad_accum scales by the ratio of the rank counts (each GPU keeps its micro-batch and memory), or,
+// where that is not whole, micro_batch does. The run's side changes alike, so plan_resume sees no
+// change; the trainer re-deals the data cursor (check_resume_compatible). --grad-accum or
+// --micro-batch given: the user's layout, checked by the trainer.
+absl::Status reshard_batch(const FitOptions& o, const std::string& ckpt, int world, TrainConfig& run, TrainConfig& now) {
+  if (ckpt.empty()) return absl::OkStatus();
+  LM_ASSIGN_OR_RETURN(Json state, read_trainer_state(ckpt));
+  const int64_t was = state.value("world_size", int64_t{1});
+  if (was == world) return absl::OkStatus();
+  if (!o.flags.source_of("train.batch.grad_accum").empty() || !o.flags.source_of("train.batch.micro_batch").empty()) {
+    run.batch.micro_batch = now.batch.micro_batch;  // the user's layout; the trainer checks its rows per step
+    run.batch.grad_accum = now.batch.grad_accum;
+    return absl::OkStatus();
+  }
+  const int64_t micro = run.batch.micro_batch, accum = run.batch.grad_accum, rows = micro * accum * was;
+  if ((accum * was) % world == 0) {
+    now.batch.grad_accum = run.batch.grad_accum = accum * was / world;
+  } else if (rows % (accum * world) == 0) {
+    now.batch.micro_batch = run.batch.micro_batch = rows / (accum * world);
+  } else {
+    return absl::FailedPreconditionError(absl::StrFormat(
+        "%s: the run takes %d rows per step (%d ranks x micro_batch %d x grad_accum %d), which %d ranks cannot "
+        "share evenly; resume on a number of ranks that divides %d, or give --micro-batch and --grad-accum whose "
+        "product with %d is %d",
+        ckpt, rows, was, micro, accum, world, rows, world, rows));
+  }
+  log_info("resuming a %d-rank run on %d ranks: micro_batch %d x grad_accum %d per rank (was %d x %d), the same %d "
+           "rows per step",
+           static_cast<int>(was), world, now.batch.micro_batch, now.batch.grad_accum, micro, accum, rows);
+  return absl::OkStatus();
+}
+
 // Compares the request with the run's config (plan_resume) and logs what re-planning did.
 absl::Status plan_the_resume(const FitOptions& o, const RunFolder& run, const ResumeBase& base, RunSetup& s) {
   // The newest checkpoint that verifies (train/resume_point.h); step 0 when there is none yet.
   LM_ASSIGN_OR_RETURN(s.req.resume_point, choose_resume_point(run.dir()));
   s.done_step = s.req.resume_point->step;
-  auto plan = plan_resume(base.rf.model, base.rf.train, s.req.model, s.req.train, s.done_step, s.req.world_size,
+  TrainConfig run_train = base.rf.train;
+  LM_RETURN_IF_ERROR(reshard_batch(o, s.req.resume_point->checkpoint, s.req.world_size, run_train, s.req.train));
+  auto plan = plan_resume(base.rf.model, run_train, s.req.model, s.req.train, s.done_step, s.req.world_size,
                           source_of(o));
   if (!plan.ok()) return annotate(plan.status(), run.dir());
   for (const auto& note : plan->notes) log_info("%s", note);

@@ -55,27 +55,48 @@ absl::Status check_resume_compatible(const Json& saved, const FitRequest& req, c
         ckpt, ": checkpoint was trained with another model config (", saved["config"]["model"].dump(),
         ") than requested (", now["model"].dump(), "); resume with the same preset or start a new run"));
   }
-  for (const char* key : {"/batch/micro_batch", "/batch/seq_len", "/batch/grad_accum", "/seed"}) {
+  // A checkpoint written before the config sections holds these under their last name
+  // ("micro_batch"): its run's config.json, once rewritten as the refusal says, still resumes.
+  const Json& saved_train = saved["config"]["train"];
+  auto was_at = [&](const Json::json_pointer& at) {
+    return saved_train.contains(at) ? saved_train[at] : saved_train.value(at.back(), Json());
+  };
+  for (const char* key : {"/batch/seq_len", "/seed"}) {
     const Json::json_pointer at(key);
-    // A checkpoint written before the config sections holds these under their last name
-    // ("micro_batch"): its run's config.json, once rewritten as the refusal says, still resumes.
-    const Json& saved_train = saved["config"]["train"];
-    const Json was = saved_train.contains(at) ? saved_train[at] : saved_train.value(at.back(), Json());
-    if (was != now["train"][at]) {
+    if (was_at(at) != now["train"][at]) {
       return absl::FailedPreconditionError(absl::StrCat(
-          ckpt, ": train", absl::StrReplaceAll(key, {{"/", "."}}), " was ", was.dump(), " but is now ",
+          ckpt, ": train", absl::StrReplaceAll(key, {{"/", "."}}), " was ", was_at(at).dump(), " but is now ",
           now["train"][at].dump(), "; a resume with another batch layout would not see the same data"));
     }
   }
+  // The rows of an optimizer step (micro_batch x grad_accum x ranks) must stay; how they are dealt
+  // to ranks and micro-batches may change: the data cursor counts global rows, so a resume on
+  // fewer or more ranks trains on the same rows, summed in another order (fp32 rounding).
+  const Json was_micro = was_at(Json::json_pointer("/batch/micro_batch")),
+             was_accum = was_at(Json::json_pointer("/batch/grad_accum"));
+  const int64_t was_world = saved.value("world_size", int64_t{1});
+  const int64_t rows_was = was_micro.is_number_integer() && was_accum.is_number_integer()
+                               ? was_micro.get<int64_t>() * was_accum.get<int64_t>() * was_world
+                               : -1;
+  const int64_t rows_now = req.train.batch.micro_batch * req.train.batch.grad_accum * req.world_size;
+  if (rows_was != rows_now) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        ckpt, ": the run took ", rows_was, " rows per step (micro_batch ", was_micro.dump(), " x grad_accum ",
+        was_accum.dump(), " x ", was_world, " ranks) but this one takes ", rows_now, " (", req.train.batch.micro_batch,
+        " x ", req.train.batch.grad_accum, " x ", req.world_size, "); a resume must keep the rows per step: ",
+        "on another number of ranks give --grad-accum (or --micro-batch) so that the product stays ", rows_was));
+  }
+  if (was_world != req.world_size || was_micro != now["train"]["batch"]["micro_batch"] ||
+      was_accum != now["train"]["batch"]["grad_accum"])
+    log_warn("%s: written by %d ranks x micro_batch %s x grad_accum %s, resumed as %d x %d x %d: the same %d rows per "
+             "step, dealt anew; their sum runs in another order, so the weights differ from an unbroken run by fp32 "
+             "rounding",
+             ckpt, static_cast<int>(was_world), was_micro.dump(), was_accum.dump(), req.world_size,
+             req.train.batch.micro_batch, req.train.batch.grad_accum, rows_now);
   if (saved["tokenizer_hash"] != req.tokenizer_hash) {
     return absl::FailedPreconditionError(absl::StrCat(
         ckpt, ": checkpoint used tokenizer ", saved["tokenizer_hash"].dump(), " but the data now has ",
         req.tokenizer_hash, "; use the shards the run was started with"));
-  }
-  if (saved["world_size"] != req.world_size) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        ckpt, ": checkpoint was written by ", saved["world_size"].dump(), " ranks but ", req.world_size,
-        " are running; the data-parallel layout must match to resume the data cursor exactly"));
   }
   return absl::OkStatus();
 }

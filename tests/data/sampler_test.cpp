@@ -129,12 +129,10 @@ TEST_F(SamplerTest, RestoreRefusesAnotherConfig) {
     SamplerConfig cfg;
   };
   std::vector<Case> cases;
-  for (const char* f : {"seed", "batch", "seq_len", "world", "doc_aligned", "probabilities"}) {
+  for (const char* f : {"seed", "seq_len", "doc_aligned", "probabilities"}) {
     SamplerConfig c = cfg;
     if (std::string(f) == "seed") c.seed = 7;
-    if (std::string(f) == "batch") c.batch = 2;
     if (std::string(f) == "seq_len") c.seq_len = 32;
-    if (std::string(f) == "world") c.world = 2;
     if (std::string(f) == "doc_aligned") c.doc_aligned = true;
     if (std::string(f) == "probabilities") c.weights = {{"bn", 1.0}, {"en", 1.0}};
     cases.push_back({f, c});
@@ -149,6 +147,54 @@ TEST_F(SamplerTest, RestoreRefusesAnotherConfig) {
   BatchSampler same = make(cfg);
   EXPECT_FALSE(same.restore(Json{{"kind", "something else"}}).ok());
   LM_ASSERT_OK(same.restore(cur));
+  // 3 steps of 4 rows are not a whole number of steps of 8 (2 ranks x 4): refused, naming both.
+  SamplerConfig wide = cfg;
+  wide.world = 2;
+  absl::Status st = make(wide).restore(cur);
+  ASSERT_FALSE(st.ok());
+  EXPECT_NE(st.message().find("12 rows consumed"), std::string::npos) << st.message();
+}
+
+// A resume on another number of ranks: the cursor counts global rows, so 2 ranks of 4 rows that
+// restore 1 rank's cursor of 8-row steps take, together, exactly the rows the 1-rank run takes next.
+TEST_F(SamplerTest, CursorResumesOnAnotherWorldWithTheSameRows) {
+  SamplerConfig one;
+  one.batch = 8;
+  one.seq_len = 50;
+  BatchSampler single = make(one);
+  std::vector<int32_t> b;
+  for (int i = 0; i < 5; ++i) single.next(&b);
+  const Json cur = single.cursor();
+  std::vector<std::vector<int32_t>> next_single;
+  for (int i = 0; i < 20; ++i) {
+    single.next(&b);
+    next_single.push_back(b);
+  }
+  SamplerConfig two = one;
+  two.batch = 4;
+  two.world = 2;
+  for (int rank = 0; rank < 2; ++rank) {
+    two.rank = rank;
+    BatchSampler r = make(two);
+    LM_ASSERT_OK(r.restore(cur));
+    EXPECT_EQ(r.step(), 5);
+    for (int i = 0; i < 20; ++i) {
+      r.next(&b);
+      const std::vector<int32_t> want(next_single[i].begin() + rank * 4 * 51, next_single[i].begin() + (rank + 1) * 4 * 51);
+      ASSERT_EQ(b, want) << "rank " << rank << ", step " << 6 + i;
+    }
+  }
+  // And back: 2 ranks' cursor (5 steps of 2 x 4 rows) into micro-batches of 2 rows on one rank.
+  two.rank = 0;
+  BatchSampler r0 = make(two);
+  for (int i = 0; i < 5; ++i) r0.next(&b);
+  SamplerConfig small = one;
+  small.batch = 2;
+  BatchSampler s = make(small);
+  LM_ASSERT_OK(s.restore(r0.cursor()));
+  EXPECT_EQ(s.step(), 20);
+  s.next(&b);
+  EXPECT_EQ(b, std::vector<int32_t>(next_single[0].begin(), next_single[0].begin() + 2 * 51));
 }
 
 // Windows of one language, world ranks: every window exactly once per epoch, ranks disjoint.

@@ -164,8 +164,47 @@ TEST(DataParallel, TwoRankRunResumesExactly) {
   for (size_t i = 0; i < f.size(); ++i) EXPECT_EQ(a[i], f[i]) << "step " << i + 1;
   auto wf = weights(full), wp = weights(part);
   for (size_t i = 0; i < wf.size(); ++i) EXPECT_TRUE(torch::equal(wf[i], wp[i])) << i;
-  // A resume with another world size is refused with a clear message.
-  EXPECT_NE(run(1, part, 8, -1, true, part.string() + ".c"), 0);
+  // A resume whose rows per step differ (2 ranks x 4 x accum 2 = 16, not 8) is refused, naming both.
+  setenv("LM_DDP_ACCUM", "2", 1);
+  setenv("LM_DDP_GLOBAL_BATCH", "16", 1);
+  const std::string log = part.string() + ".refused.log";
+  EXPECT_NE(run(2, part, 8, -1, true, part.string() + ".c", "", 0, log), 0);
+  unsetenv("LM_DDP_ACCUM");
+  unsetenv("LM_DDP_GLOBAL_BATCH");
+  std::ifstream in(log);
+  const std::string said((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  EXPECT_NE(said.find("the run took 8 rows per step"), std::string::npos) << said;
+}
+
+// Issue 39: a 2-rank run stopped at step 3 and resumed on 1 rank (micro-batch 8, or 4 x 2
+// micro-batches) and on 4 ranks (micro-batch 2): the data cursor counts global rows, so each resume trains on the unbroken
+// run's rows, and ends where it does up to fp32 summation order (the bound of
+// TwoRanksEqualOneRankSameGlobalBatch). Before, any other world size was refused.
+TEST(DataParallel, ResumeOnAnotherNumberOfRanksSeesTheSameRows) {
+  auto full = tmp("reshard-full");
+  ASSERT_EQ(run(2, full, 6, -1, false, full.string() + ".losses"), 0);
+  const auto f = read_losses(full.string() + ".losses");
+  ASSERT_EQ(f.size(), 6u);
+  const auto wf = weights(full);
+  // 1 rank x 8 rows, 4 ranks x 2, and 1 rank x 4 rows x 2 micro-batches (the cursor's count re-dealt).
+  for (auto [world, accum] : {std::pair{1, 1}, std::pair{4, 1}, std::pair{1, 2}}) {
+    auto part = tmp("reshard-" + std::to_string(world) + "-" + std::to_string(accum));
+    ASSERT_EQ(run(2, part, 6, 3, false, part.string() + ".a"), 0);
+    setenv("LM_DDP_ACCUM", std::to_string(accum).c_str(), 1);
+    const int rc = run(world, part, 6, -1, true, part.string() + ".b");
+    unsetenv("LM_DDP_ACCUM");
+    ASSERT_EQ(rc, 0) << "resumed on " << world << " x accum " << accum;
+    auto a = read_losses(part.string() + ".a"), b = read_losses(part.string() + ".b");
+    a.insert(a.end(), b.begin(), b.end());
+    ASSERT_EQ(a.size(), f.size()) << world;
+    for (size_t i = 0; i < 3; ++i) EXPECT_EQ(a[i], f[i]) << "step " << i + 1;
+    for (size_t i = 3; i < f.size(); ++i) EXPECT_NEAR(a[i], f[i], 1e-5) << "step " << i + 1 << " on " << world;
+    const auto wp = weights(part);
+    ASSERT_EQ(wp.size(), wf.size());
+    const double bound = 0.01 * lm::train::TrainConfig{}.optimizer.lr;
+    for (size_t i = 0; i < wf.size(); ++i)
+      EXPECT_LE((wf[i] - wp[i]).abs().max().item<double>(), bound) << "tensor " << i << " on " << world;
+  }
 }
 
 // Issue 40: a stop request on one rank in the middle of a step's 50 micro-batches. Every rank

@@ -5,7 +5,7 @@
 // (a process group even with WORLD_SIZE=1: the NCCL smoke run), LM_DDP_STATS=FILE (bucket counts,
 // then the step-result reads and the ranks' stop agreements), LM_DDP_LOG_EVERY (train.logging.interval),
 // LM_DDP_RANK1_DIR (rank 1's run folder instead of RUN_DIR: a node with its own copy),
-// LM_DDP_SIGTERM_AT=N (rank 1 gets a stop request, as SIGTERM's handler makes, when it fetches its
+// LM_DDP_GLOBAL_BATCH (instead of GLOBAL_BATCH), LM_DDP_SIGTERM_AT=N (rank 1 gets a stop request, as SIGTERM's handler makes, when it fetches its
 // N-th window; it writes how many windows it fetched after that to RUN_DIR/rank1.after).
 #include <csignal>
 #include <cstdio>
@@ -66,7 +66,8 @@ int main(int argc, char** argv) {
   r.model = *lm::model::preset("tiny");
   r.train.steps = std::atoi(argv[2]);
   r.train.batch.grad_accum = std::atoi(env_or("LM_DDP_ACCUM", "1"));
-  r.train.batch.micro_batch = std::atoi(argv[3]) / env->world / r.train.batch.grad_accum;
+  const int global_batch = std::atoi(env_or("LM_DDP_GLOBAL_BATCH", argv[3]));
+  r.train.batch.micro_batch = global_batch / env->world / r.train.batch.grad_accum;
   r.train.distributed.overlap = std::atoi(env_or("LM_DDP_OVERLAP", "1")) != 0;
   r.train.distributed.bucket_mb = std::atof(env_or("LM_DDP_BUCKET_MB", "25"));
   r.train.hardware.device = device;

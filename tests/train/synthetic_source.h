@@ -30,11 +30,14 @@ class SyntheticSource : public BatchSource {
     ++call_;
   }
   Json cursor() const override { return {{"call", call_}, {"rows", rows_ * world_}}; }
+  // Rows of the global stream consumed: call x rows per call, re-dealt to this layout (as the data
+  // sampler's cursor is, on a resume at another world size).
   absl::Status restore(const Json& c) override {
     if (!c.contains("call")) return absl::InvalidArgumentError("cursor has no call counter");
-    if (c.value("rows", int64_t{0}) != rows_ * world_)
-      return absl::InvalidArgumentError("cursor is from another batch layout");
-    call_ = c["call"].get<int64_t>();
+    const int64_t rows = c["call"].get<int64_t>() * c.value("rows", int64_t{0});
+    if (rows % (rows_ * world_) != 0)
+      return absl::InvalidArgumentError("cursor is from a batch layout this one cannot continue");
+    call_ = rows / (rows_ * world_);
     return absl::OkStatus();
   }
 

@@ -484,10 +484,10 @@ TEST_F(TrainTest, ResumeRefusesOtherConfigTokenizerOrLayout) {
   EXPECT_NE(std::string(s.status().message()).find("tokenizer"), std::string::npos) << s.status();
   other = r;
   other.resume = true;
-  other.world_size = 2;
-  other.train.batch.micro_batch = 2;
+  other.world_size = 2;  // 2 ranks x 4 rows: twice the run's rows per step (4 x 1 rank)
   s = run_fit(other);
   ASSERT_FALSE(s.ok());
+  EXPECT_NE(std::string(s.status().message()).find("the run took 4 rows per step"), std::string::npos) << s.status();
   // Existing run without --resume or --force.
   s = run_fit(r);
   ASSERT_FALSE(s.ok());
