@@ -170,13 +170,23 @@ absl::Status reshard_batch(const FitOptions& o, const std::string& ckpt, int wor
   if (ckpt.empty()) return absl::OkStatus();
   LM_ASSIGN_OR_RETURN(Json state, read_trainer_state(ckpt));
   const int64_t was = state.value("world_size", int64_t{1});
-  if (was == world) return absl::OkStatus();
   if (!o.flags.source_of("train.batch.grad_accum").empty() || !o.flags.source_of("train.batch.micro_batch").empty()) {
+    if (was == world) return absl::OkStatus();
     run.batch.micro_batch = now.batch.micro_batch;  // the user's layout; the trainer checks its rows per step
     run.batch.grad_accum = now.batch.grad_accum;
     return absl::OkStatus();
   }
-  const int64_t micro = run.batch.micro_batch, accum = run.batch.grad_accum, rows = micro * accum * was;
+  // The checkpoint's own layout (config.json may already hold a later start's that stopped before
+  // its first checkpoint).
+  const Json batch = state.contains("config") ? state["config"]["train"].value("batch", Json()) : Json();
+  const int64_t micro = batch.is_object() ? batch.value("micro_batch", run.batch.micro_batch) : run.batch.micro_batch;
+  const int64_t accum = batch.is_object() ? batch.value("grad_accum", run.batch.grad_accum) : run.batch.grad_accum;
+  const int64_t rows = micro * accum * was;
+  if (was == world) {
+    now.batch.micro_batch = run.batch.micro_batch = micro;
+    now.batch.grad_accum = run.batch.grad_accum = accum;
+    return absl::OkStatus();
+  }
   if ((accum * was) % world == 0) {
     now.batch.grad_accum = run.batch.grad_accum = accum * was / world;
   } else if (rows % (accum * world) == 0) {
