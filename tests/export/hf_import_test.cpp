@@ -236,8 +236,11 @@ class HfImportPython : public ::testing::Test {
     if (rc_ != 0) return (void)fs::remove_all(tmp);
     (void)write_file_atomic((tmp / "stamp").string(), stamp);
     std::error_code ec;
-    fs::remove_all(dir_, ec);
-    fs::rename(tmp, dir_, ec);  // another test process may have won: its fixture is as good
+    // Another test process may have won meanwhile: its fixture is as good, and a reader may be in it.
+    if (read_file((dir_ / "stamp").string()).value_or("") != stamp) {
+      fs::remove_all(dir_, ec);
+      fs::rename(tmp, dir_, ec);
+    }
     fs::remove_all(tmp, ec);
     load_manifest();
   }
