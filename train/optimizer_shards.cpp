@@ -68,27 +68,27 @@ GradNorm OptimizerShards::clip_grad_norm(double max_norm, const StartSum& all_re
   return {total, first_bad, std::move(present)};
 }
 
-void OptimizerShards::gather(const std::vector<torch::Tensor>& values, bool whole, const std::vector<torch::Tensor>& send,
-                             const std::vector<torch::Tensor>& out, const StartCollective& all_gather) const {
-  std::vector<std::function<void()>> waits;
-  for (size_t b = 0; b < plan_.size(); ++b) {
-    send[b].zero_();
-    for (size_t k : plan_[b].params) {
-      const ParamPart& part = parts_[k];
-      if (part.len == 0) continue;
-      auto src = whole ? values[k].detach().reshape({-1}).narrow(0, part.begin, part.len) : values[k].reshape({-1});
-      send[b].narrow(0, shard_offset_[k], part.len).copy_(src);
-    }
-    waits.push_back(all_gather(out[b], send[b]));
+std::function<void()> OptimizerShards::gather(size_t b, const std::vector<torch::Tensor>& values, bool whole,
+                                              const torch::Tensor& send, const torch::Tensor& out,
+                                              const StartCollective& all_gather) const {
+  send.zero_();
+  for (size_t k : plan_[b].params) {
+    const ParamPart& part = parts_[k];
+    if (part.len == 0) continue;
+    auto src = whole ? values[k].detach().reshape({-1}).narrow(0, part.begin, part.len) : values[k].reshape({-1});
+    send.narrow(0, shard_offset_[k], part.len).copy_(src);
   }
-  for (auto& w : waits) w();
+  return all_gather(out, send);
 }
 
 void OptimizerShards::gather_params(const StartCollective& all_gather) {
   torch::NoGradGuard no_grad;
   // The gradient buckets and shards are free until the next backward: they carry the weights.
-  gather(params_, /*whole=*/true, shards_, flats_, all_gather);
+  std::vector<std::function<void()>> waits;
+  for (size_t b = 0; b < plan_.size(); ++b)
+    waits.push_back(gather(b, params_, /*whole=*/true, shards_[b], flats_[b], all_gather));
   for (size_t b = 0; b < plan_.size(); ++b) {
+    waits[b]();
     for (size_t j = 0; j < plan_[b].params.size(); ++j) {
       auto& p = params_[plan_[b].params[j]];
       p.detach().view({-1}).copy_(flats_[b].narrow(0, plan_[b].offset[j], p.numel()));
@@ -107,11 +107,8 @@ model::NamedTensors OptimizerShards::full_state(const std::vector<std::string>& 
   model::NamedTensors out;
   for (const auto& [name, t] : local)
     if (name.rfind("__step__", 0) == 0) out.emplace_back(name, t);
-  std::vector<torch::Tensor> send, flat;
-  for (size_t b = 0; b < plan_.size(); ++b) {
-    send.push_back(torch::empty_like(shards_[b]));
-    flat.push_back(torch::empty_like(flats_[b]));
-  }
+  // One bucket at a time, each whole moment straight to host memory: the device holds one
+  // bucket's worth more, not the whole moments this rank does not keep.
   std::map<std::string, torch::Tensor> whole;
   for (const char* suffix : {".exp_avg", ".exp_avg_sq"}) {
     std::vector<torch::Tensor> values;
@@ -120,12 +117,15 @@ model::NamedTensors OptimizerShards::full_state(const std::vector<std::string>& 
       TORCH_CHECK(it != by_name.end(), "OptimizerShards::full_state: no ", n, suffix, " in the local state");
       values.push_back(it->second);
     }
-    gather(values, /*whole=*/false, send, flat, all_gather);
-    for (size_t b = 0; b < plan_.size(); ++b)
+    for (size_t b = 0; b < plan_.size(); ++b) {
+      auto send = torch::empty_like(shards_[b]), flat = torch::empty_like(flats_[b]);
+      gather(b, values, /*whole=*/false, send, flat, all_gather)();
       for (size_t j = 0; j < plan_[b].params.size(); ++j) {
         const size_t k = plan_[b].params[j];
-        whole[names[k] + suffix] = flat[b].narrow(0, plan_[b].offset[j], params_[k].numel()).view(params_[k].sizes()).clone();
+        whole[names[k] + suffix] =
+            flat.narrow(0, plan_[b].offset[j], params_[k].numel()).view(params_[k].sizes()).to(torch::kCPU, false, true);
       }
+    }
   }
   for (const auto& n : names) {  // AdamW::state()'s order
     out.emplace_back(n + ".exp_avg", whole.at(n + ".exp_avg"));

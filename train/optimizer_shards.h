@@ -13,6 +13,7 @@
 #include <torch/torch.h>
 
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -48,18 +49,18 @@ class OptimizerShards {
   GradNorm clip_grad_norm(double max_norm, const StartSum& all_reduce_sum);
   // After AdamW updated this rank's parts: every rank's parts into every rank's parameters.
   void gather_params(const StartCollective& all_gather);
-  // AdamW's state with each parameter's whole moments (every rank's parts gathered): the format
-  // of a data-parallel checkpoint. Every rank must call it (collectives).
+  // AdamW's state with each parameter's whole moments (every rank's parts gathered, on the host):
+  // the format of a data-parallel checkpoint. Every rank must call it (collectives).
   // `names`: the parameters' names, in `params`' order (AdamW's keys are "<name>.exp_avg", ...).
   model::NamedTensors full_state(const std::vector<std::string>& names, const model::NamedTensors& local,
                                  const StartCollective& all_gather) const;
 
  private:
-  // This rank's part of `values` (one tensor per parameter: its [len] part, or the whole
-  // parameter when `whole`) written into send[b] (padding zero), and every rank's gathered into
-  // out[b] ([numel]), for every bucket b.
-  void gather(const std::vector<torch::Tensor>& values, bool whole, const std::vector<torch::Tensor>& send,
-              const std::vector<torch::Tensor>& out, const StartCollective& all_gather) const;
+  // Starts the all-gather of bucket b: this rank's part of `values` (one tensor per parameter:
+  // its [len] part, or the whole parameter when `whole`) written into `send` (padding zero), and
+  // every rank's gathered into `out` ([numel]). Returns the wait.
+  std::function<void()> gather(size_t b, const std::vector<torch::Tensor>& values, bool whole, const torch::Tensor& send,
+                               const torch::Tensor& out, const StartCollective& all_gather) const;
 
   std::vector<torch::Tensor> params_;
   int rank_ = 0, world_ = 1;

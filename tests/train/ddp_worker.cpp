@@ -6,7 +6,8 @@
 // then the step-result reads and the ranks' stop agreements), LM_DDP_LOG_EVERY (train.logging.interval),
 // LM_DDP_RANK1_DIR (rank 1's run folder instead of RUN_DIR: a node with its own copy), LM_DDP_ZERO=1
 // (ZeRO-1: sharded AdamW state), LM_DDP_CLIP (train.optimizer.grad_clip), LM_DDP_OPT_BYTES=PREFIX
-// (each rank writes its AdamW moment bytes to PREFIX.RANK).
+// (each rank writes its AdamW moment bytes to PREFIX.RANK), LM_DDP_PRESET (default tiny) and
+// LM_DDP_SEQ (default 32): a larger model for timing.
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
@@ -46,7 +47,7 @@ int main(int argc, char** argv) {
   lm::train::FitRequest r;
   r.run_dir = argv[1];
   if (env->rank == 1 && std::getenv("LM_DDP_RANK1_DIR") != nullptr) r.run_dir = std::getenv("LM_DDP_RANK1_DIR");
-  r.model = *lm::model::preset("tiny");
+  r.model = *lm::model::preset(env_or("LM_DDP_PRESET", "tiny"));
   r.train.steps = std::atoi(argv[2]);
   r.train.batch.grad_accum = std::atoi(env_or("LM_DDP_ACCUM", "1"));
   r.train.batch.micro_batch = std::atoi(argv[3]) / env->world / r.train.batch.grad_accum;
@@ -55,7 +56,7 @@ int main(int argc, char** argv) {
   r.train.distributed.zero = std::atoi(env_or("LM_DDP_ZERO", "0"));
   if (const char* clip = std::getenv("LM_DDP_CLIP"); clip != nullptr) r.train.optimizer.grad_clip = std::atof(clip);
   r.train.hardware.device = device;
-  r.train.batch.seq_len = 32;
+  r.train.batch.seq_len = std::atoi(env_or("LM_DDP_SEQ", "32"));
   r.train.schedule.warmup_steps = 2;
   r.train.logging.interval = std::atoi(env_or("LM_DDP_LOG_EVERY", "1"));
   r.train.eval.interval = 0;
