@@ -264,10 +264,10 @@ namespace {
 // are off, then a smaller micro-batch, a shorter sequence, a smaller model or a larger GPU.
 std::string fit_line(const Plan& p, const PlanRequest& req) {
   if (p.max_micro_batch == 0)
-    return absl::StrFormat("  DOES NOT FIT even at micro-batch 1 (%s, %s; lmforge shards only AdamW's moments, not "
+    return absl::StrFormat("  DOES NOT FIT even at micro-batch 1 (%s%s; lmforge shards only AdamW's moments, not "
                            "weights or gradients): use a shorter --seq, a smaller model or a GPU with more memory\n",
                            req.recompute ? "with activation recompute" : "without activation recompute: --recompute on",
-                           req.zero ? "with ZeRO-1" : "without ZeRO-1: --zero 1 on several GPUs");
+                           req.n_gpus < 2 ? "" : req.zero ? ", with ZeRO-1" : ", without ZeRO-1: --zero 1");
   if (!p.fits)
     return absl::StrFormat("  micro-batch %d DOES NOT FIT; the largest power of two that fits is %d (--micro-batch %d)\n",
                            p.micro_batch, p.max_micro_batch, p.max_micro_batch);
