@@ -20,6 +20,7 @@ OptimizerShards::OptimizerShards(std::vector<torch::Tensor> params, int rank, in
     const BucketPlan& bp = plan_[b];
     const auto opts = params_[bp.params.back()].options().requires_grad(false);
     flats_.push_back(torch::zeros({bp.numel}, opts));  // padding stays zero: it adds nothing to a sum
+    weights_.push_back(torch::zeros({bp.numel}, opts));
     const int64_t size = bp.numel / world, mine = rank * size;
     shards_.push_back(torch::zeros({size}, opts));
     // Rank r owns elements [r·size, (r+1)·size) of the bucket: of each parameter, the overlap.
@@ -28,11 +29,22 @@ OptimizerShards::OptimizerShards(std::vector<torch::Tensor> params, int rank, in
       const int64_t at = bp.offset[j];
       const int64_t lo = std::max(at, mine), hi = std::min(at + params_[k].numel(), mine + size);
       bucket_of_[k] = b;
+      into_weights(k, weights_[b].narrow(0, at, params_[k].numel()));
       if (hi <= lo) continue;  // none of it is this rank's
       parts_[k] = {lo - at, hi - lo, shards_[b].narrow(0, lo - mine, hi - lo)};
       shard_offset_[k] = lo - mine;
     }
   }
+}
+
+// The parameter's values move into its slot of the bucket's weight buffer and the parameter
+// becomes a view of that slot (set_data keeps the same leaf, its AccumulateGrad node and hooks):
+// the all-gather then writes the weights in place (DeepSpeed's flat parameter buffers).
+void OptimizerShards::into_weights(size_t k, torch::Tensor slot) {
+  torch::NoGradGuard no_grad;
+  auto& p = params_[k];
+  slot.copy_(p.detach().reshape({-1}));
+  p.set_data(slot.view(p.sizes()));
 }
 
 GradNorm OptimizerShards::clip_grad_norm(double max_norm, const StartSum& all_reduce_sum) {
@@ -83,19 +95,16 @@ std::function<void()> OptimizerShards::gather(size_t b, const std::vector<torch:
 
 void OptimizerShards::gather_params(const StartCollective& all_gather) {
   torch::NoGradGuard no_grad;
-  // The gradient buckets and shards are free until the next backward: they carry the weights.
+  // AdamW updated this rank's shard inside weights_ (the parameters are views of it); the gradient
+  // shard, free until the next backward, carries it (an all-gather's input must not overlap its
+  // output), and the all-gather writes every rank's shard into the parameters directly.
   std::vector<std::function<void()>> waits;
-  for (size_t b = 0; b < plan_.size(); ++b)
-    waits.push_back(gather(b, params_, /*whole=*/true, shards_[b], flats_[b], all_gather));
   for (size_t b = 0; b < plan_.size(); ++b) {
-    waits[b]();
-    for (size_t j = 0; j < plan_[b].params.size(); ++j) {
-      auto& p = params_[plan_[b].params[j]];
-      p.detach().view({-1}).copy_(flats_[b].narrow(0, plan_[b].offset[j], p.numel()));
-    }
+    const int64_t size = shards_[b].numel();
+    shards_[b].copy_(weights_[b].narrow(0, rank_ * size, size));
+    waits.push_back(all_gather(weights_[b], shards_[b]));
   }
-  // The padding between parameters stays zero (every send buffer's padding was), so it adds
-  // nothing to the next step's reduce-scatter.
+  for (auto& w : waits) w();
 }
 
 model::NamedTensors OptimizerShards::full_state(const std::vector<std::string>& names, const model::NamedTensors& local,

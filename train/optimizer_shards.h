@@ -5,9 +5,9 @@
 // of the updated shards gives every rank the whole parameters again. The collectives move the
 // same bytes as the all-reduce (a ring all-reduce is a reduce-scatter then an all-gather).
 //
-// Parameters and their .grad stay ordinary tensors: the hooks copy gradients into the buckets as
-// for data parallel, and the all-gather's result is copied back into the parameters (one copy of
-// the weights per step, not views into the buckets).
+// The parameters become views into flat weight buffers laid out as the buckets, so the all-gather
+// writes the weights in place. Gradients stay ordinary .grad tensors: the hooks copy them into
+// the gradient buckets as for data parallel (gradients as bucket views are not done).
 #pragma once
 
 #include <torch/torch.h>
@@ -31,7 +31,9 @@ inline constexpr int64_t kShardAlign = 64;
 
 class OptimizerShards {
  public:
-  // `params` as GradSync gets them (registration order). Buckets of about `bucket_bytes`.
+  // `params` as GradSync gets them (registration order). Buckets of about `bucket_bytes`. Each
+  // parameter's storage moves into a flat weight buffer of its bucket (the parameter, the same
+  // leaf, becomes a view of it): build this before anything keeps a parameter's old storage.
   OptimizerShards(std::vector<torch::Tensor> params, int rank, int world, int64_t bucket_bytes);
 
   const std::vector<BucketPlan>& plan() const { return plan_; }
@@ -65,7 +67,10 @@ class OptimizerShards {
   std::vector<torch::Tensor> params_;
   int rank_ = 0, world_ = 1;
   std::vector<BucketPlan> plan_;
+  void into_weights(size_t k, torch::Tensor slot);
+
   std::vector<torch::Tensor> flats_, shards_;
+  std::vector<torch::Tensor> weights_;  // per bucket [numel]: the parameters are views into it
   std::vector<ParamPart> parts_;
   std::vector<size_t> bucket_of_;        // parameter -> bucket
   std::vector<int64_t> shard_offset_;    // parameter -> where its part lies in the bucket's shard
