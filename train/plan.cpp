@@ -283,10 +283,10 @@ struct Strategy {
   const char* cost;
 };
 // In order of cost: ZeRO-1 adds no FLOPs (the reduce-scatter and all-gather move the all-reduce's
-// bytes, plus one copy of the weights per step); recompute adds a forward per block.
+// bytes, plus a copy of 1/G of the weights per step); recompute adds a forward per block.
 constexpr Strategy kStrategies[] = {
     {false, false, "data parallel", "no extra cost"},
-    {false, true, "+ ZeRO-1", "AdamW's moments split over the GPUs; the all-reduce's bytes, one more copy of the weights per step (--zero 1)"},
+    {false, true, "+ ZeRO-1", "AdamW's moments split over the GPUs; no extra FLOPs, the all-reduce's bytes on the wire (--zero 1)"},
     {true, false, "+ recompute per block", "one more forward per block: ~1.33x step time (--recompute on)"},
     {true, true, "+ ZeRO-1 + recompute", "both: ~1.33x step time (--zero 1 --recompute on)"},
 };
