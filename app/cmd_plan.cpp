@@ -23,6 +23,7 @@ struct PlanOptions {
   int gpus = 1;
   int gpus_per_node = 8;
   std::string recompute = "auto";
+  std::string zero = "auto";
   std::string sbatch;
   int64_t seq = 0;
   int64_t micro_batch = 0;
@@ -74,10 +75,11 @@ absl::Status run_plan(const PlanOptions& o) {
   req.memory_bytes = o.memory_gb * 1e9;
   std::string strategies;
   train::Plan plan;
-  if (o.recompute == "auto") {
-    LM_ASSIGN_OR_RETURN(plan, train::make_cheapest_plan(req, &strategies));
+  req.recompute = o.recompute == "on";
+  req.zero = o.zero == "1";
+  if (o.recompute == "auto" || o.zero == "auto") {
+    LM_ASSIGN_OR_RETURN(plan, train::make_cheapest_plan(req, &strategies, o.recompute == "auto", o.zero == "auto"));
   } else {
-    req.recompute = o.recompute == "on";
     LM_ASSIGN_OR_RETURN(plan, train::make_plan(req));
   }
   std::printf("%s%s", train::format_plan(plan, req).c_str(), strategies.c_str());
@@ -124,6 +126,11 @@ void add_plan(CLI::App& app, Registry& reg) {
   sub->add_option("--recompute", o.recompute,
                   "activation recompute per block: auto (only where plain data parallel does not fit), on, off")
       ->check(CLI::IsMember({"auto", "on", "off"}))
+      ->capture_default_str();
+  sub->add_option("--zero", o.zero,
+                  "ZeRO-1, AdamW's moments sharded over the GPUs: auto (only where plain data parallel does not "
+                  "fit), 0 or 1; e.g. lmtrain plan --preset 1b --gpus 8 --zero 1")
+      ->check(CLI::IsMember({"auto", "0", "1"}))
       ->capture_default_str();
   sub->add_option("--seq-len,--seq", o.seq, "sequence length (default: the preset's training sequence, docs/gpu.md)");
   sub->add_option("--micro-batch", o.micro_batch,

@@ -72,11 +72,16 @@ model::NamedTensors to_cpu(model::NamedTensors tensors, bool copy) {
 
 CheckpointSnapshot snapshot_checkpoint(int64_t step, model::Transformer& model, const AdamW& optim,
                                        const Json& trainer_state, bool copy) {
+  return snapshot_checkpoint(step, model, optim.state(), trainer_state, copy);
+}
+
+CheckpointSnapshot snapshot_checkpoint(int64_t step, model::Transformer& model, const model::NamedTensors& optimizer,
+                                       const Json& trainer_state, bool copy) {
   torch::NoGradGuard no_grad;
   CheckpointSnapshot s;
   s.step = step;
   s.model = to_cpu(model::module_state(*model), copy);
-  s.optimizer = to_cpu(optim.state(), copy);
+  s.optimizer = to_cpu(optimizer, copy);
   s.trainer_state = trainer_state;
   return s;
 }

@@ -38,6 +38,9 @@ struct CheckpointSnapshot {
 // `copy` false shares the CPU tensors instead (a synchronous write, nothing changes meanwhile).
 CheckpointSnapshot snapshot_checkpoint(int64_t step, model::Transformer& model, const AdamW& optim,
                                        const Json& trainer_state, bool copy = true);
+// The same with the optimizer's state given (ZeRO-1: every rank's moments gathered).
+CheckpointSnapshot snapshot_checkpoint(int64_t step, model::Transformer& model, const model::NamedTensors& optimizer,
+                                       const Json& trainer_state, bool copy = true);
 // save_checkpoint's writer: step-N.tmp, fsync, rename, `latest` last, keep-last-K.
 absl::Status write_checkpoint(const std::string& run_dir, const CheckpointSnapshot& snap, int64_t keep_last);
 

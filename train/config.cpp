@@ -90,7 +90,10 @@ const std::vector<FlagAlias>& flag_aliases() {
       {"--tf32", "hardware.tf32", "on|off: TF32 tensor cores for fp32 matmuls on cuda (default on)"},
       {"--recompute", "hardware.recompute",
        "on|off: recompute each block's activations in backward (less memory, one more forward; default off)"},
-      {"--ddp-bucket-mb", "distributed.bucket_mb", "gradient all-reduce bucket cap in MiB (default 25)"}};
+      {"--ddp-bucket-mb", "distributed.bucket_mb", "gradient all-reduce bucket cap in MiB (default 25)"},
+      {"--zero", "distributed.zero",
+       "0|1: 1 shards AdamW's moments over the data-parallel ranks (ZeRO-1: each keeps 1/world; "
+       "e.g. torchrun --nproc-per-node 8 lmtrain fit ... --zero 1); default 0"}};
   return kAliases;
 }
 
@@ -213,6 +216,14 @@ absl::Status check_ranges(const TrainConfig& c) {
     return bad("debug.inject_nan_in", "expected grad or loss, got '" + c.debug.inject_nan_in + "'");
   if (c.hardware.device != "auto" && c.hardware.device != "cpu" && c.hardware.device != "cuda") return bad("hardware.device", "expected auto, cpu or cuda, got '" + c.hardware.device + "'");
   if (!(c.distributed.bucket_mb > 0)) return bad("distributed.bucket_mb", "must be positive (MiB per all-reduce bucket)");
+  if (c.distributed.zero != 0 && c.distributed.zero != 1)
+    return bad("distributed.zero", absl::StrCat("expected 0 (whole optimizer state on every rank) or 1 (ZeRO-1), got ",
+                                                c.distributed.zero));
+  if (c.distributed.zero == 1 && !c.distributed.overlap)
+    return bad("distributed.zero", "1 needs distributed.overlap true (ZeRO-1 reduce-scatters the overlapped buckets)");
+  if (c.distributed.zero == 1 && c.debug.inject_nan_step >= 0 && c.debug.inject_nan_in == "grad")
+    return bad("distributed.zero", "1 with debug.inject_nan_in grad: the poisoned gradient would be the local one, "
+                                   "not the reduced shard; inject into the loss instead");
   if (c.hardware.dtype != "auto" && c.hardware.dtype != "fp32" && c.hardware.dtype != "bf16") return bad("hardware.dtype", "expected auto, fp32 or bf16, got '" + c.hardware.dtype + "'");
   return check_param_groups(c.param_groups);
 }

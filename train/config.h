@@ -138,12 +138,16 @@ struct HardwareConfig {
 
 // Data parallel: all-reduce gradient buckets from autograd hooks while backward still runs
 // (false: after the whole backward, the older path kept as a fallback); bucket cap in MiB.
+// zero 1: ZeRO-1, each rank keeps AdamW's moments for 1/world of the parameters (buckets are
+// reduce-scattered, each rank updates its shard, an all-gather restores the weights;
+// train/optimizer_shards.h). 0 (default): every rank keeps the whole state.
 struct DistributedConfig {
   bool overlap = true;
   double bucket_mb = 25;
+  int64_t zero = 0;
   template <class V>
   void visit(V& v) {
-    v("overlap", overlap); v("bucket_mb", bucket_mb);
+    v("overlap", overlap); v("bucket_mb", bucket_mb); v("zero", zero);
   }
 };
 

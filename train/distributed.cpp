@@ -177,6 +177,18 @@ std::function<void()> Comm::start_sum(torch::Tensor flat) {
   return [work] { work->wait(); };
 }
 
+std::function<void()> Comm::start_reduce_scatter(torch::Tensor out, torch::Tensor in) {
+  c10d::ReduceScatterOptions o;
+  o.reduceOp = c10d::ReduceOp::SUM;
+  c10::intrusive_ptr<c10d::Work> work = impl_->pg->_reduce_scatter_base(out, in, o);
+  return [work] { work->wait(); };
+}
+
+std::function<void()> Comm::start_all_gather(torch::Tensor out, torch::Tensor in) {
+  c10::intrusive_ptr<c10d::Work> work = impl_->pg->_allgather_base(out, in);
+  return [work] { work->wait(); };
+}
+
 const char* Comm::backend() const { return impl_->backend; }
 
 double Comm::sum(double value) {

@@ -61,6 +61,11 @@ class Comm {
   // Starts an in-place SUM all-reduce of `flat`; the returned function blocks until it is done
   // (on NCCL: until the current stream is ordered after it). Gradient buckets: train/grad_sync.h.
   std::function<void()> start_sum(torch::Tensor flat);
+  // ZeRO-1 (train/zero.h): starts a SUM reduce-scatter of `in` ([world·k]) into `out` ([k], this
+  // rank's k elements), or an all-gather of every rank's `in` ([k]) into `out` ([world·k], rank r's
+  // at r·k). Both contiguous, one dtype; the returned function blocks until it is done.
+  std::function<void()> start_reduce_scatter(torch::Tensor out, torch::Tensor in);
+  std::function<void()> start_all_gather(torch::Tensor out, torch::Tensor in);
   // "gloo" or "nccl".
   const char* backend() const;
   double sum(double value);

@@ -18,6 +18,7 @@ struct Bucket {
   std::vector<size_t> params;   // indexes into State::params, in bucket order
   std::vector<int64_t> offset;  // element offset of each parameter in `flat`
   torch::Tensor flat;           // persistent [numel] buffer, the all-reduce runs on it in place
+  torch::Tensor shard;          // ZeRO-1: [numel / world], the reduce-scatter's output
   int64_t pending = 0;          // parameters whose gradient is not final yet in this step
   bool launched = false;
   std::function<void()> wait;
@@ -28,6 +29,7 @@ struct GradSync::State {
   std::vector<torch::Tensor> params;
   int world = 1;
   StartSum start_sum;
+  StartCollective reduce_scatter;  // ZeRO-1 only
   bool overlap = true;
   int64_t bucket_bytes = 25 << 20;
   std::vector<Bucket> buckets;
@@ -44,9 +46,11 @@ struct GradSync::State {
   bool warned_late = false;
 
   void launch(Bucket& b) {
-    b.wait = start_sum(b.flat);
+    b.wait = b.shard.defined() ? reduce_scatter(b.shard, b.flat) : start_sum(b.flat);
     b.launched = true;
   }
+  void init(const std::vector<BucketPlan>& plan, std::vector<torch::Tensor> flats);
+  void add_hooks(const std::shared_ptr<State>& self);
 
   void copy_in(size_t i) {
     Bucket& b = buckets[bucket_of[i]];
@@ -85,6 +89,63 @@ struct ReadyHook : torch::autograd::FunctionPostHook {
 };
 }  // namespace
 
+std::vector<BucketPlan> plan_buckets(const std::vector<torch::Tensor>& params, int64_t bucket_bytes, int64_t align,
+                                     int64_t pad_to) {
+  TORCH_CHECK(align >= 1 && pad_to >= 1, "plan_buckets: align ", align, " and pad_to ", pad_to, " must be >= 1");
+  std::vector<BucketPlan> out;
+  int64_t bytes = 0;
+  const torch::Tensor* last = nullptr;
+  // Reverse registration order ≈ the order backward finishes gradients (last layer first).
+  for (size_t k = params.size(); k-- > 0;) {
+    const auto& p = params[k];
+    const int64_t pb = p.numel() * p.element_size();
+    const bool fits = last != nullptr && bytes + pb <= bucket_bytes && last->scalar_type() == p.scalar_type() &&
+                      last->device() == p.device();
+    if (!fits) { out.emplace_back(); bytes = 0; }
+    BucketPlan& b = out.back();
+    const int64_t at = (b.numel + align - 1) / align * align;
+    b.params.push_back(k);
+    b.offset.push_back(at);
+    b.numel = at + p.numel();
+    bytes += pb;
+    last = &p;
+  }
+  for (auto& b : out) b.numel = (b.numel + pad_to - 1) / pad_to * pad_to;
+  return out;
+}
+
+void GradSync::State::init(const std::vector<BucketPlan>& plan, std::vector<torch::Tensor> flats) {
+  const size_t n = params.size();
+  bucket_of.assign(n, 0);
+  slot_of.assign(n, 0);
+  fired.assign(n, 0);
+  buckets.resize(plan.size());
+  for (size_t bi = 0; bi < plan.size(); ++bi) {
+    Bucket& b = buckets[bi];
+    b.params = plan[bi].params;
+    b.offset = plan[bi].offset;
+    b.flat = std::move(flats[bi]);
+    TORCH_CHECK(b.flat.numel() == plan[bi].numel, "GradSync: bucket ", bi, " has ", b.flat.numel(), " elements, plan ",
+                plan[bi].numel);
+    for (size_t j = 0; j < b.params.size(); ++j) {
+      const size_t k = b.params[j];
+      TORCH_CHECK(params[k].requires_grad(), "GradSync: parameter ", k, " does not require grad");
+      bucket_of[k] = bi;
+      slot_of[k] = j;
+    }
+  }
+  stats.buckets = static_cast<int64_t>(buckets.size());
+}
+
+void GradSync::State::add_hooks(const std::shared_ptr<State>& self) {
+  for (size_t k = 0; k < params.size(); ++k) {
+    auto acc = torch::autograd::impl::grad_accumulator(params[k]);
+    TORCH_CHECK(acc != nullptr, "GradSync: parameter ", k, " is not a leaf (no AccumulateGrad node)");
+    hook_keys.push_back(acc->add_post_hook(std::make_unique<ReadyHook>(self, k)));
+    accumulators.push_back(std::move(acc));
+  }
+}
+
 GradSync::GradSync(std::vector<torch::Tensor> params, int world, StartSum start_sum, bool overlap,
                    int64_t bucket_bytes)
     : st_(std::make_shared<State>()) {
@@ -96,40 +157,30 @@ GradSync::GradSync(std::vector<torch::Tensor> params, int world, StartSum start_
   s.bucket_bytes = bucket_bytes;
   s.stats = {};
   if (!overlap) return;  // the post-backward path builds its buckets from the gradients present
-  const size_t n = s.params.size();
-  s.bucket_of.assign(n, 0);
-  s.slot_of.assign(n, 0);
-  s.fired.assign(n, 0);
-  int64_t bytes = 0;
-  // Reverse registration order ≈ the order backward finishes gradients (last layer first).
-  for (size_t k = n; k-- > 0;) {
-    const auto& p = s.params[k];
-    TORCH_CHECK(p.requires_grad(), "GradSync: parameter ", k, " does not require grad");
-    const int64_t pb = p.numel() * p.element_size();
-    bool fits = !s.buckets.empty() && bytes + pb <= bucket_bytes;
-    if (fits) {
-      const auto& last = s.params[s.buckets.back().params.back()];
-      fits = last.scalar_type() == p.scalar_type() && last.device() == p.device();
-    }
-    if (!fits) { s.buckets.emplace_back(); bytes = 0; }
-    Bucket& b = s.buckets.back();
-    s.bucket_of[k] = s.buckets.size() - 1;
-    s.slot_of[k] = b.params.size();
-    b.offset.push_back(b.params.empty() ? 0 : b.offset.back() + s.params[b.params.back()].numel());
-    b.params.push_back(k);
-    bytes += pb;
+  const auto plan = plan_buckets(s.params, bucket_bytes);
+  std::vector<torch::Tensor> flats;
+  for (const auto& b : plan)
+    flats.push_back(torch::empty({b.numel}, s.params[b.params.back()].options().requires_grad(false)));
+  s.init(plan, std::move(flats));
+  s.add_hooks(st_);
+}
+
+GradSync::GradSync(std::vector<torch::Tensor> params, int world, const std::vector<BucketPlan>& plan,
+                   std::vector<torch::Tensor> flats, std::vector<torch::Tensor> shards, StartCollective reduce_scatter)
+    : st_(std::make_shared<State>()) {
+  State& s = *st_;
+  s.params = std::move(params);
+  s.world = world;
+  s.reduce_scatter = std::move(reduce_scatter);
+  s.overlap = true;
+  s.init(plan, std::move(flats));
+  TORCH_CHECK(shards.size() == s.buckets.size(), "GradSync: ", shards.size(), " shards for ", s.buckets.size(), " buckets");
+  for (size_t b = 0; b < shards.size(); ++b) {
+    TORCH_CHECK(shards[b].numel() * world == s.buckets[b].flat.numel(), "GradSync: bucket ", b, " shard of ",
+                shards[b].numel(), " elements is not 1/", world, " of ", s.buckets[b].flat.numel());
+    s.buckets[b].shard = std::move(shards[b]);
   }
-  for (auto& b : s.buckets) {
-    const auto& last = s.params[b.params.back()];
-    b.flat = torch::empty({b.offset.back() + last.numel()}, last.options().requires_grad(false));
-  }
-  s.stats.buckets = static_cast<int64_t>(s.buckets.size());
-  for (size_t k = 0; k < n; ++k) {
-    auto acc = torch::autograd::impl::grad_accumulator(s.params[k]);
-    TORCH_CHECK(acc != nullptr, "GradSync: parameter ", k, " is not a leaf (no AccumulateGrad node)");
-    s.hook_keys.push_back(acc->add_post_hook(std::make_unique<ReadyHook>(st_, k)));
-    s.accumulators.push_back(std::move(acc));
-  }
+  s.add_hooks(st_);
 }
 
 GradSync::~GradSync() {
@@ -229,6 +280,7 @@ void GradSync::finish() {
   const double inv = 1.0 / s.world;
   for (auto& b : s.buckets) {
     b.wait();
+    if (b.shard.defined()) { b.shard.mul_(inv); continue; }  // ZeRO-1: the shard is the result
     b.flat.mul_(inv);
     for (size_t j = 0; j < b.params.size(); ++j) {
       auto& p = s.params[b.params[j]];

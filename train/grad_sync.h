@@ -15,6 +15,23 @@ namespace lm::train {
 // Starts an in-place SUM all-reduce of `flat` across ranks; the returned function blocks until it
 // is done. Comm::start_sum in production, a recording fake in tests.
 using StartSum = std::function<std::function<void()>(torch::Tensor flat)>;
+// Starts a collective from `in` into `out` (a SUM reduce-scatter or an all-gather, Comm's
+// start_reduce_scatter / start_all_gather); the returned function blocks until it is done.
+using StartCollective = std::function<std::function<void()>(torch::Tensor out, torch::Tensor in)>;
+
+// One flat bucket: which parameters it holds and where.
+struct BucketPlan {
+  std::vector<size_t> params;   // indexes into the parameter list, in bucket order
+  std::vector<int64_t> offset;  // element offset of each parameter in the flat buffer
+  int64_t numel = 0;            // the flat buffer's length (padding included)
+};
+
+// Buckets of up to about `bucket_bytes` in reverse registration order (the order backward
+// produces gradients), one dtype and device each. Each parameter starts at a multiple of `align`
+// elements and each bucket's length is a multiple of `pad_to` (ZeRO-1 cuts it into equal shards);
+// 1 and 1 pack them densely, as data parallel does.
+std::vector<BucketPlan> plan_buckets(const std::vector<torch::Tensor>& params, int64_t bucket_bytes,
+                                     int64_t align = 1, int64_t pad_to = 1);
 
 struct GradSyncStats {
   int64_t buckets = 0;
@@ -28,6 +45,11 @@ class GradSync {
   // order (the order backward produces their gradients), each up to about `bucket_bytes`.
   GradSync(std::vector<torch::Tensor> params, int world, StartSum start_sum, bool overlap,
            int64_t bucket_bytes);
+  // ZeRO-1 (train/optimizer_shards.h): the buckets of `plan` on the given zeroed `flats`, each
+  // reduce-scattered into `shards[b]` ([numel / world]) from the hooks; finish() leaves the
+  // averaged shard there and the parameters' .grad untouched (local, not reduced).
+  GradSync(std::vector<torch::Tensor> params, int world, const std::vector<BucketPlan>& plan,
+           std::vector<torch::Tensor> flats, std::vector<torch::Tensor> shards, StartCollective reduce_scatter);
   ~GradSync();  // removes the hooks
   GradSync(const GradSync&) = delete;
   GradSync& operator=(const GradSync&) = delete;
@@ -36,7 +58,8 @@ class GradSync {
   // accumulate locally (DDP's no_sync), so one all-reduce per step carries the summed gradient.
   void before_backward(bool sync);
   // After the last backward: starts what is not started yet, waits for every bucket, writes
-  // sum/world back into each .grad. After it returns the gradients are final (clip, step).
+  // sum/world back into each .grad (ZeRO-1: into the bucket's shard). After it returns the
+  // gradients are final (clip, step).
   void finish();
 
   bool overlap() const;

@@ -12,25 +12,39 @@
 
 namespace lm::train {
 
-AdamW::AdamW(const std::vector<std::pair<std::string, torch::Tensor>>& params, const TrainConfig& cfg)
+AdamW::AdamW(const std::vector<std::pair<std::string, torch::Tensor>>& params, const TrainConfig& cfg,
+             const std::vector<ParamPart>* parts)
     : beta1_(cfg.optimizer.beta1), beta2_(cfg.optimizer.beta2), eps_(cfg.optimizer.eps), weight_decay_(cfg.optimizer.weight_decay) {
+  TORCH_CHECK(parts == nullptr || parts->size() == params.size(), "AdamW: ", parts ? parts->size() : 0,
+              " parts for ", params.size(), " parameters");
   groups_ = cfg.param_groups;
   set_step(0);
-  for (const auto& [name, p] : params) {
+  for (size_t i = 0; i < params.size(); ++i) {
+    const auto& [name, p] = params[i];
     if (!p.requires_grad()) continue;
     const bool is_embedding = name.find("embed_tokens") != std::string::npos;
     const bool decay = p.dim() >= 2 && (!is_embedding || cfg.optimizer.decay_embeddings);
     const int group = static_cast<int>(param_group(name));
     (decay ? decayed_ : not_decayed_).push_back(name);
-    slots_.push_back({name, p, torch::zeros_like(p, torch::MemoryFormat::Preserve),
-                      torch::zeros_like(p, torch::MemoryFormat::Preserve), decay, group});
+    Slot s{name, p, {}, {}, decay, group, p, {}, 0};
+    if (parts != nullptr) {
+      const ParamPart& part = (*parts)[i];
+      TORCH_CHECK(part.begin >= 0 && part.len >= 0 && part.begin + part.len <= p.numel(), "AdamW: part [", part.begin,
+                  ", +", part.len, ") outside ", name, " of ", p.numel(), " elements");
+      s.param = p.detach().view({-1}).narrow(0, part.begin, part.len);
+      s.grad = part.grad;
+      s.begin = part.begin;
+    }
+    s.exp_avg = torch::zeros_like(s.param, torch::MemoryFormat::Preserve);
+    s.exp_avg_sq = torch::zeros_like(s.param, torch::MemoryFormat::Preserve);
+    slots_.push_back(std::move(s));
     step_tensor(p.device(), group);
   }
 }
 
 void AdamW::zero_grad() {
   for (auto& s : slots_) {
-    if (s.param.grad().defined()) s.param.mutable_grad() = torch::Tensor();
+    if (s.owner.grad().defined()) s.owner.mutable_grad() = torch::Tensor();
   }
 }
 
@@ -71,7 +85,7 @@ void AdamW::update(double lr, const torch::Tensor& found_inf) {
   // one step tensor per device and group is advanced by 1 - found_inf on the device, for the
   // groups with a gradient this step. Integers below 2^24 are exact in float32.
   bool active[kParamGroups] = {};
-  for (const auto& s : slots_) active[s.group] = active[s.group] || s.param.grad().defined();
+  for (const auto& s : slots_) active[s.group] = active[s.group] || s.owner.grad().defined();
   for (auto& [key, step] : step_tensors_) {
     if (!active[key.second]) continue;
     if (found_inf.defined()) step.add_(1.0 - found_inf.to(step.device()));
@@ -86,9 +100,9 @@ void AdamW::update(double lr, const torch::Tensor& found_inf) {
 void AdamW::fused_update(int group, bool decay, double lr, const torch::Tensor& found_inf) {
   std::vector<torch::Tensor> p, g, m, v, steps;
   for (auto& s : slots_) {
-    if (s.group != group || s.decay != decay || !s.param.grad().defined()) continue;
+    if (s.group != group || s.decay != decay || !s.has_grad()) continue;
     p.push_back(s.param);
-    g.push_back(s.param.grad());
+    g.push_back(s.gradient());
     m.push_back(s.exp_avg);
     v.push_back(s.exp_avg_sq);
     steps.push_back(step_tensors_.at({s.param.device().str(), group}));
@@ -140,9 +154,10 @@ absl::Status AdamW::load_state(const model::NamedTensors& state, const std::stri
       const std::string key = s.name + (pair == &s.exp_avg ? ".exp_avg" : ".exp_avg_sq");
       auto f = m.find(key);
       if (f == m.end()) return absl::DataLossError(source + ": missing " + key);
-      if (f->second.sizes() != pair->sizes())
+      if (f->second.sizes() != s.owner.sizes())
         return absl::FailedPreconditionError(source + ": " + key + " has another shape (other preset?)");
-      pair->copy_(f->second);
+      // The whole moment, or (parts) this rank's elements of it.
+      pair->copy_(f->second.reshape({-1}).narrow(0, s.begin, pair->numel()).view(pair->sizes()));
     }
   }
   for (int g = 0; g < kParamGroups; ++g) {
@@ -151,6 +166,12 @@ absl::Status AdamW::load_state(const model::NamedTensors& state, const std::stri
   }
   for (auto& [key, step] : step_tensors_) step.fill_(static_cast<double>(loaded_t_[key.second]));
   return absl::OkStatus();
+}
+
+int64_t AdamW::moment_bytes() const {
+  int64_t n = 0;
+  for (const auto& s : slots_) n += s.exp_avg.nbytes() + s.exp_avg_sq.nbytes();
+  return n;
 }
 
 GradNorm clip_grad_norm(const std::vector<torch::Tensor>& params, double max_norm) {

@@ -14,6 +14,13 @@
 
 namespace lm::train {
 
+// ZeRO-1 (train/optimizer_shards.h): the part of one parameter this rank updates, elements
+// [begin, begin + len) of the flattened parameter (len 0: none), and its averaged gradient there.
+struct ParamPart {
+  int64_t begin = 0, len = 0;
+  torch::Tensor grad;  // [len], a view into a reduce-scattered gradient shard
+};
+
 class AdamW {
  public:
   // Decay applies to 2-D weights except the token embedding (unless decay_embeddings);
@@ -21,7 +28,11 @@ class AdamW {
   // train.param_groups scale and counts its own steps: a group whose parameters had no gradient
   // in a step (frozen in the first stage) is not advanced, so its bias correction starts at its
   // first update.
-  AdamW(const std::vector<std::pair<std::string, torch::Tensor>>& params, const TrainConfig& cfg);
+  // `parts` (ZeRO-1), one per parameter in `params`' order: the moments cover each part only and
+  // the update writes it in place; whether a parameter had a gradient this step is still read
+  // from its .grad (defined or not, the same on every rank).
+  AdamW(const std::vector<std::pair<std::string, torch::Tensor>>& params, const TrainConfig& cfg,
+        const std::vector<ParamPart>* parts = nullptr);
 
   // One update with learning rate `lr`: at::_fused_adamw_, the kernel of
   // torch.optim.AdamW(fused=True). `found_inf` (a float32 0/1 scalar on the parameters' device,
@@ -44,16 +55,24 @@ class AdamW {
 
   // "<param>.exp_avg", "<param>.exp_avg_sq", "__step__" (the most steps of any group) and
   // "__step__.<group>" (a read). A state without the per-group counts (before groups) loads
-  // "__step__" into every group.
+  // "__step__" into every group. With parts, the moments are this rank's parts ([len]) and
+  // OptimizerShards::full_state assembles the whole; load_state always takes whole moments and
+  // keeps this rank's parts of them (so any world size loads any checkpoint).
   model::NamedTensors state() const;
+  // Bytes of the moments this process holds (exp_avg + exp_avg_sq).
+  int64_t moment_bytes() const;
   absl::Status load_state(const model::NamedTensors& state, const std::string& source);
 
  private:
   struct Slot {
     std::string name;
-    torch::Tensor param, exp_avg, exp_avg_sq;
+    torch::Tensor param, exp_avg, exp_avg_sq;  // param: the parameter, or (parts) a [len] view of it
     bool decay;
     int group;  // ParamGroup
+    torch::Tensor owner, grad;  // the whole parameter (its .grad says "trained this step"); parts: the gradient
+    int64_t begin = 0;          // parts: the first element of `param` in the flattened owner
+    bool has_grad() const { return owner.grad().defined() && param.numel() > 0; }
+    torch::Tensor gradient() const { return grad.defined() ? grad : owner.grad(); }
   };
   std::vector<Slot> slots_;
   std::vector<std::string> decayed_, not_decayed_;

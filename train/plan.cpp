@@ -114,6 +114,7 @@ void set_batch_and_fit_args(const PlanRequest& req, const model::PresetTraining&
   if (p.seq_len != d.seq_len) a.insert(a.end(), {"--seq-len", std::to_string(p.seq_len)});
   if (p.micro_batch != d.micro_batch) a.insert(a.end(), {"--micro-batch", std::to_string(p.micro_batch)});
   if (req.recompute) a.insert(a.end(), {"--recompute", "on"});
+  if (req.zero && req.n_gpus > 1) a.insert(a.end(), {"--zero", "1"});
   // Without a preset batch (grad_accum 1), or when it does not divide: the accumulation itself.
   if (!exact || (d.batch_tokens == 0 && p.grad_accum != 1))
     a.insert(a.end(), {"--grad-accum", std::to_string(p.grad_accum)});
@@ -227,6 +228,12 @@ absl::StatusOr<Plan> make_plan(const PlanRequest& req) {
   fixed.optimizer = 8 * n;  // AdamW exp_avg + exp_avg_sq, fp32
   fixed.weight_copies = 2 * static_cast<double>(p.matmul_params);  // bf16, cached by autocast
   if (req.n_gpus > 1) fixed.grad_buckets = 4 * n;                 // train/grad_sync.cpp: Bucket::flat
+  if (req.zero && req.n_gpus > 1) {
+    // ZeRO-1 (train/optimizer_shards.h): this GPU's part of the moments, and its gradient shard
+    // (the reduce-scatter's output) beside the flat buckets; padding (64 elements per tensor) is noise.
+    fixed.optimizer = 8 * n / req.n_gpus;
+    fixed.grad_buckets += 4 * n / req.n_gpus;
+  }
   const double budget = kUsableMemory * p.memory_per_gpu - fixed.fixed();
   for (int64_t t = 1; t <= 4096; t *= 2) {
     if (micro_batch_bytes(req, t, p.seq_len) <= budget) p.max_micro_batch = t;
@@ -253,14 +260,14 @@ absl::StatusOr<Plan> make_plan(const PlanRequest& req) {
 
 namespace {
 
-// Whether the micro-batch fits, and what does when it does not: recompute where it is off, then
-// a smaller micro-batch, a shorter sequence, a smaller model or a larger GPU (lmforge has no
-// sharding yet).
+// Whether the micro-batch fits, and what does when it does not: recompute or ZeRO-1 where they
+// are off, then a smaller micro-batch, a shorter sequence, a smaller model or a larger GPU.
 std::string fit_line(const Plan& p, const PlanRequest& req) {
   if (p.max_micro_batch == 0)
-    return absl::StrFormat("  DOES NOT FIT even at micro-batch 1 (%s; lmforge has no sharding yet): use a shorter "
-                           "--seq, a smaller model or a GPU with more memory\n",
-                           req.recompute ? "with activation recompute" : "without activation recompute: --recompute on");
+    return absl::StrFormat("  DOES NOT FIT even at micro-batch 1 (%s%s; lmforge shards only AdamW's moments, not "
+                           "weights or gradients): use a shorter --seq, a smaller model or a GPU with more memory\n",
+                           req.recompute ? "with activation recompute" : "without activation recompute: --recompute on",
+                           req.n_gpus < 2 ? "" : req.zero ? ", with ZeRO-1" : ", without ZeRO-1: --zero 1");
   if (!p.fits)
     return absl::StrFormat("  micro-batch %d DOES NOT FIT; the largest power of two that fits is %d (--micro-batch %d)\n",
                            p.micro_batch, p.max_micro_batch, p.max_micro_batch);
@@ -269,29 +276,59 @@ std::string fit_line(const Plan& p, const PlanRequest& req) {
 
 }  // namespace
 
-absl::StatusOr<Plan> make_cheapest_plan(PlanRequest& req, std::string* strategies) {
-  PlanRequest plain = req, rc = req;
-  plain.recompute = false;
-  rc.recompute = true;
-  LM_ASSIGN_OR_RETURN(Plan a, make_plan(plain));
-  LM_ASSIGN_OR_RETURN(Plan b, make_plan(rc));
-  // Plain data parallel costs nothing extra: it is the choice whenever it fits the micro-batch asked
+namespace {
+struct Strategy {
+  bool recompute, zero;
+  const char* name;
+  const char* cost;
+};
+// In order of cost: ZeRO-1 adds no FLOPs (the reduce-scatter and all-gather move the all-reduce's
+// bytes, plus a copy of 1/G of the weights per step); recompute adds a forward per block.
+constexpr Strategy kStrategies[] = {
+    {false, false, "data parallel", "no extra cost"},
+    {false, true, "+ ZeRO-1", "AdamW's moments split over the GPUs; no extra FLOPs, the all-reduce's bytes on the wire (--zero 1)"},
+    {true, false, "+ recompute per block", "one more forward per block: ~1.33x step time (--recompute on)"},
+    {true, true, "+ ZeRO-1 + recompute", "both: ~1.33x step time (--zero 1 --recompute on)"},
+};
+}  // namespace
+
+absl::StatusOr<Plan> make_cheapest_plan(PlanRequest& req, std::string* strategies, bool choose_recompute,
+                                        bool choose_zero) {
+  // A strategy is worth its cost only while the cheaper ones cannot reach the micro-batch asked
   // for (or the preset's), or at least kUsefulMicroBatch sequences, which keep a GPU busy; the
-  // rest of the global batch comes from accumulation. Recompute costs a forward per block (a third
-  // more matmul FLOPs): worth it only below that, and only where it fits more.
+  // rest of the global batch comes from accumulation.
   const int64_t wanted = req.micro_batch > 0 ? req.micro_batch : model::preset_training(req.model.preset).micro_batch;
-  const bool use_rc = a.max_micro_batch < std::min<int64_t>(wanted, kUsefulMicroBatch) &&
-                      b.max_micro_batch > a.max_micro_batch;
-  req.recompute = use_rc;
-  auto row = [](const char* name, const Plan& p, const char* cost) {
-    return absl::StrFormat("  %-22s largest micro-batch %s; %.2f GB at micro-batch %d; %s\n", name,
-                           p.max_micro_batch == 0 ? std::string("none fits") : std::to_string(p.max_micro_batch),
-                           p.memory.total() / 1e9, p.micro_batch, cost);
-  };
-  *strategies = absl::StrFormat("strategies (chosen: %s):\n", use_rc ? "data parallel + recompute" : "data parallel");
-  *strategies += row("data parallel", a, "no extra cost");
-  *strategies += row("+ recompute per block", b, "one more forward per block: ~1.33x step time (--recompute on)");
-  return use_rc ? b : a;
+  const int64_t useful = std::min<int64_t>(wanted, kUsefulMicroBatch);
+  std::string rows;
+  const Strategy* chosen = nullptr;
+  Plan best;
+  for (const Strategy& st : kStrategies) {
+    if (st.zero && req.n_gpus < 2) continue;  // one GPU has nothing to shard over
+    if ((!choose_recompute && st.recompute != req.recompute) || (!choose_zero && st.zero != req.zero)) continue;
+    PlanRequest r = req;
+    r.recompute = st.recompute;
+    r.zero = st.zero;
+    LM_ASSIGN_OR_RETURN(Plan p, make_plan(r));
+    rows += absl::StrFormat("  %-22s largest micro-batch %s; %.2f GB at micro-batch %d; %s\n", st.name,
+                            p.max_micro_batch == 0 ? std::string("none fits") : std::to_string(p.max_micro_batch),
+                            p.memory.total() / 1e9, p.micro_batch, st.cost);
+    const bool enough = chosen != nullptr && best.max_micro_batch >= useful;
+    if (chosen == nullptr || (!enough && p.max_micro_batch > best.max_micro_batch)) {
+      chosen = &st;
+      best = p;
+    }
+  }
+  if (chosen == nullptr) {  // both fixed, ZeRO-1 asked on one GPU: the plan as asked
+    strategies->clear();
+    return make_plan(req);
+  }
+  req.recompute = chosen->recompute;
+  req.zero = chosen->zero;
+  std::string name = "data parallel";
+  if (chosen->zero) name += " + ZeRO-1";
+  if (chosen->recompute) name += " + recompute";
+  *strategies = absl::StrFormat("strategies (chosen: %s):\n", name) + rows;
+  return best;
 }
 
 std::string format_plan(const Plan& p, const PlanRequest& req) {
@@ -307,8 +344,10 @@ std::string format_plan(const Plan& p, const PlanRequest& req) {
                        p.peak_flops / 1e12, p.memory_per_gpu / 1e9);
   s += absl::StrFormat("memory per GPU at micro-batch %d × %d (bf16 autocast, fp32 master weights, %s attention):\n",
                        p.micro_batch, p.seq_len, req.model.attention);
-  s += absl::StrFormat("  weights %s + grads %s + AdamW %s + bf16 weight copies %s%s = %s\n", gb(p.memory.weights),
-                       gb(p.memory.grads), gb(p.memory.optimizer), gb(p.memory.weight_copies),
+  s += absl::StrFormat("  weights %s + grads %s + AdamW %s%s + bf16 weight copies %s%s = %s\n", gb(p.memory.weights),
+                       gb(p.memory.grads), gb(p.memory.optimizer),
+                       req.zero && req.n_gpus > 1 ? absl::StrFormat(" (ZeRO-1: 1/%d of the moments)", req.n_gpus) : "",
+                       gb(p.memory.weight_copies),
                        p.memory.grad_buckets > 0 ? " + gradient buckets " + gb(p.memory.grad_buckets) : "",
                        gb(p.memory.fixed()));
   if (p.memory.recompute_block > 0)

@@ -27,6 +27,7 @@ struct PlanRequest {
   int gpus_per_node = 8;     // more GPUs than this: several nodes (torchrun --nnodes, sbatch)
   std::string model_source;  // "" = the preset; else the config file the model comes from (fit --config)
   bool recompute = false;    // activation recompute per block (fit --recompute on)
+  bool zero = false;         // ZeRO-1 over the GPUs (fit --zero 1): AdamW's moments 1/n_gpus per GPU
   double price_per_hour = 0; // per GPU; 0 = no cost line
   double peak_flops = 0;     // override of the table's dense bf16 peak
   double memory_bytes = 0;   // override of the table's memory per GPU
@@ -35,14 +36,15 @@ struct PlanRequest {
 // Bytes per GPU, mixed precision as lmtrain fit trains: fp32 master weights, fp32 grads,
 // AdamW's two fp32 moments, the bf16 copies of the weights autocast keeps, data parallel's bucket
 // copy of the gradients, bf16 activations. Each term is checked against a counting allocator on a
-// real CPU step (tests/train/plan_memory_test.cpp). No activation checkpointing and no sharding
-// yet: every layer's activations of a micro-batch are held at once, every rank holds everything.
+// real CPU step (tests/train/plan_memory_test.cpp). With ZeRO-1 (train/optimizer_shards.h) a GPU
+// keeps 1/n_gpus of the moments (8N/n) and its gradient shard (4N/n) beside the buckets; weights
+// and gradients stay whole on every GPU (no ZeRO-2/3).
 struct MemoryEstimate {
   double weights = 0, grads = 0, optimizer = 0;
   // bf16 casts of every matmul weight: autocast caches them from the first micro-batch's forward
   // until the step's last backward (Trainer::accumulate_gradients holds one AutocastGuard).
   double weight_copies = 0;
-  double grad_buckets = 0;  // more than one GPU: GradSync's flat fp32 buckets, a copy of every gradient
+  double grad_buckets = 0;  // more than one GPU: GradSync's flat fp32 buckets, a copy of every gradient (ZeRO-1: + its shard)
   double activations = 0;   // for one micro-batch, every layer's saved tensors (with recompute: their inputs)
   double recompute_block = 0;  // recompute: the one block whose activations backward rebuilds at a time
   double fixed() const { return weights + grads + optimizer + weight_copies + grad_buckets; }
@@ -104,10 +106,14 @@ std::vector<std::string> gpu_names();
 // Errors: unknown GPU (names the known ones), non-positive tokens/mfu (InvalidArgument).
 absl::StatusOr<Plan> make_plan(const PlanRequest& req);
 
-// The cheapest memory strategy that fits, for an `auto` choice: plain data parallel when its
-// micro-batch fits, else with activation recompute (req.recompute is set to the choice).
+// The cheapest memory strategy that fits, for an `auto` choice, in order of cost: plain data
+// parallel, ZeRO-1 (more than one GPU; no extra FLOPs), activation recompute (a third more
+// FLOPs), both; the first whose largest micro-batch reaches the one wanted (or
+// kUsefulMicroBatch), else the one that fits the most. req.recompute and req.zero are set to the
+// choice; `choose_recompute` / `choose_zero` false keep req's value of that one.
 // `strategies` gets one line per strategy with its largest micro-batch, memory and cost.
-absl::StatusOr<Plan> make_cheapest_plan(PlanRequest& req, std::string* strategies);
+absl::StatusOr<Plan> make_cheapest_plan(PlanRequest& req, std::string* strategies, bool choose_recompute = true,
+                                        bool choose_zero = true);
 inline constexpr int64_t kUsefulMicroBatch = 4;  // sequences per GPU that keep it busy (seq ~2048)
 
 // MFU that a finished run implies: tokens × FLOPs/token / (hours × GPUs × peak).

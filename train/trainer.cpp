@@ -252,8 +252,14 @@ absl::Status Trainer::build_model() {
   choose_threads();
   model_->train();
   for (const auto& p : model_->named_parameters()) params_.emplace_back(p.key(), p.value());
-  optim_ = std::make_unique<AdamW>(params_, tc_);
   for (auto& [n, p] : params_) plist_.push_back(p);
+  if (req_.comm != nullptr && tc_.distributed.zero == 1) {
+    // ZeRO-1: this rank's AdamW holds its shard of every bucket (train/optimizer_shards.h).
+    zero_ = std::make_unique<OptimizerShards>(plist_, req_.comm->rank(), req_.comm->world(), bucket_bytes());
+    optim_ = std::make_unique<AdamW>(params_, tc_, &zero_->parts());
+  } else {
+    optim_ = std::make_unique<AdamW>(params_, tc_);
+  }
   if (req_.comm != nullptr) {
     // Every rank must run the same job; then start from rank 0's weights.
     LM_RETURN_IF_ERROR(req_.comm->check_same("run config", run_config_json(req_).dump()));
@@ -427,9 +433,20 @@ absl::Status Trainer::verify_fast_paths() {
 void Trainer::start_grad_sync() {
   Comm* comm = req_.comm;
   if (comm == nullptr) return;
+  if (zero_) {
+    grad_sync_ = std::make_unique<GradSync>(
+        plist_, comm->world(), zero_->plan(), zero_->flats(), zero_->shards(),
+        [comm](torch::Tensor out, torch::Tensor in) { return comm->start_reduce_scatter(std::move(out), std::move(in)); });
+    if (main_rank_)
+      log_info("data parallel: %d ranks, %s, ZeRO-1: gradient reduce-scatter overlapped with backward (%d buckets of "
+               "<= %.0f MiB), AdamW on this rank's shard (%.1f MiB of moments), weights all-gathered",
+               comm->world(), comm->backend(), grad_sync_->stats().buckets, tc_.distributed.bucket_mb,
+               optim_->moment_bytes() / double(1 << 20));
+    return;
+  }
   grad_sync_ = std::make_unique<GradSync>(
       plist_, comm->world(), [comm](torch::Tensor t) { return comm->start_sum(std::move(t)); }, tc_.distributed.overlap,
-      static_cast<int64_t>(tc_.distributed.bucket_mb * (1 << 20)));
+      bucket_bytes());
   if (main_rank_)
     log_info("data parallel: %d ranks, %s, gradient all-reduce %s backward%s", comm->world(), comm->backend(),
              tc_.distributed.overlap ? "overlapped with" : "after",
@@ -601,16 +618,45 @@ Trainer::DeviceStep Trainer::device_step(const std::function<torch::Tensor(int64
   // their bytes, and the clipping norm is the trained parameters' alone.
   drop_frozen_grads(params_, tc_.param_groups, r.step - 1);
   if (fault == FaultInjector::Site::kGradient) FaultInjector::poison_gradient(params_);
-  GradNorm norm = clip_grad_norm(plist_, tc_.optimizer.grad_clip);
+  GradNorm norm = clip_gradients();
   // A non-finite loss or gradient is never applied: found_inf skips the update on the device
   // (parameters, moments and the step count stay as they were), so the host need not wait to
   // know; read_steps learns it later and handle_non_finite counts the skip or stops.
   auto found_inf = loss.isfinite().logical_and(norm.total.isfinite()).logical_not().to(torch::kFloat32);
-  if (device_.is_cuda()) optim_->step_device_lr(found_inf);
-  else optim_->step(r.lr, found_inf);
+  apply_update(r, found_inf);
   lap(&split_.optimizer);
   return {torch::stack({loss, norm.total.to(torch::kFloat64), norm.first_bad.to(torch::kFloat64)}),
           std::move(norm.present)};
+}
+
+// The global gradient norm and clipping: over the whole gradients, or (ZeRO-1) over every rank's
+// shards, summed by an all-reduce.
+GradNorm Trainer::clip_gradients() {
+  if (!zero_) return clip_grad_norm(plist_, tc_.optimizer.grad_clip);
+  Comm* comm = req_.comm;
+  return zero_->clip_grad_norm(tc_.optimizer.grad_clip, [comm](torch::Tensor t) { return comm->start_sum(std::move(t)); });
+}
+
+// AdamW's update (of this rank's shard with ZeRO-1, then every rank's shards all-gathered into
+// the weights: a skipped update gathers the unchanged ones).
+void Trainer::apply_update(const StepResult& r, const torch::Tensor& found_inf) {
+  if (device_.is_cuda()) optim_->step_device_lr(found_inf);
+  else optim_->step(r.lr, found_inf);
+  if (!zero_) return;
+  Comm* comm = req_.comm;
+  zero_->gather_params([comm](torch::Tensor out, torch::Tensor in) { return comm->start_all_gather(std::move(out), std::move(in)); });
+}
+
+// The optimizer's whole state for a checkpoint; ZeRO-1 gathers every rank's moments (every rank
+// calls this, only rank 0 writes), so the format is data parallel's and any world size loads it.
+model::NamedTensors Trainer::optimizer_state() const {
+  if (!zero_) return optim_->state();
+  std::vector<std::string> names;
+  for (const auto& [n, p] : params_) names.push_back(n);
+  Comm* comm = req_.comm;
+  return zero_->full_state(names, optim_->state(), [comm](torch::Tensor out, torch::Tensor in) {
+    return comm->start_all_gather(std::move(out), std::move(in));
+  });
 }
 
 // train.hardware.cuda_graphs: this start's third step runs device_step for real on a side stream
@@ -1008,11 +1054,12 @@ absl::Status Trainer::checkpoint_if_due() {
 absl::Status Trainer::checkpoint(bool wait) {
   last_checkpoint_ = Clock::now();  // on every rank: the minutes count from here
   LM_RETURN_IF_ERROR(read_steps(/*logging_current=*/false));  // no checkpoint past an unread skip
+  const auto t0 = Clock::now();
+  model::NamedTensors optimizer = optimizer_state();  // ZeRO-1: a collective, on every rank
   if (!main_rank_) return absl::OkStatus();
   metrics_.flush();
   if (!writer_) writer_ = std::make_unique<CheckpointWriter>(req_.run_dir, tc_.checkpoint.keep_last);
-  const auto t0 = Clock::now();
-  LM_RETURN_IF_ERROR(writer_->start(snapshot_checkpoint(step_, model_, *optim_, trainer_state())));
+  LM_RETURN_IF_ERROR(writer_->start(snapshot_checkpoint(step_, model_, optimizer, trainer_state())));
   const double snap_s = since(t0);
   sum_.checkpoint = RunFolder(req_.run_dir).checkpoint(step_);
   if (!wait) return absl::OkStatus();  // the snapshot (snap_s) is all the step pays
@@ -1134,6 +1181,7 @@ void Trainer::announce_stop(Stop why) {
 FitSummary Trainer::finish() const {
   FitSummary sum = sum_;
   sum.steps = step_;
+  sum.optimizer_bytes = optim_->moment_bytes();
   sum.tokens = tokens_;
   sum.seconds = since(t_start_);
   sum.tokens_per_s =

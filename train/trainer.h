@@ -20,6 +20,7 @@
 #include "train/device.h"
 #include "train/faults.h"
 #include "train/grad_sync.h"
+#include "train/optimizer_shards.h"
 #include "train/optim.h"
 #include "train/resume_point.h"
 #include "train/step_graph.h"
@@ -99,6 +100,7 @@ struct FitSummary {
   double comm_wait_s = 0;  // of which blocked on the gradient all-reduce after backward (data parallel)
   int64_t buckets_synced = 0;        // gradient buckets all-reduced, summed over steps (data parallel)
   int64_t buckets_in_backward = 0;   // of which started from autograd hooks during backward (overlap)
+  int64_t optimizer_bytes = 0;       // AdamW's moments this rank holds (ZeRO-1: about 1/world of them)
   std::string summary() const;
   std::string mfu_text() const;  // "MFU 45.1% (median of 12 intervals; mfu_measured_peak 56.4%)"
 };
@@ -173,6 +175,10 @@ class Trainer {
   bool more_windows(int64_t micro) const;
   torch::Tensor accumulate_gradients(FaultInjector::Site fault, const std::function<torch::Tensor(int64_t)>& window);
   double sync_gradients(torch::Tensor& loss);
+  GradNorm clip_gradients();
+  int64_t bucket_bytes() const { return static_cast<int64_t>(tc_.distributed.bucket_mb * (1 << 20)); }
+  void apply_update(const StepResult& r, const torch::Tensor& found_inf);
+  model::NamedTensors optimizer_state() const;
   torch::Tensor take_window(bool more);
   torch::Tensor fetch_window();
   Json data_cursor() const;
@@ -218,6 +224,7 @@ class Trainer {
   std::vector<torch::Tensor> plist_;                           // the same tensors, unnamed
   std::unique_ptr<AdamW> optim_;
   std::unique_ptr<GradSync> grad_sync_;
+  std::unique_ptr<OptimizerShards> zero_;  // distributed.zero 1 with data parallel: this rank's shards
   // CUDA graphs (train.hardware.cuda_graphs, when usable here): the captured step, its window
   // buffers and its outputs. steps_this_start_ counts this invocation's steps (capture at 2).
   bool graphs_ = false;

@@ -193,3 +193,33 @@ TEST(TrainOverridesTest, ResumeRefusesAChangedSet) {
 
 }  // namespace
 }  // namespace lm::train
+
+namespace lm::train {
+namespace {
+
+// --zero takes 0 or 1; ZeRO-1 needs the overlapped buckets it reduce-scatters, and refuses a
+// gradient fault that would poison the local, unreduced gradient. Each error names the field.
+TEST(TrainOverridesTest, ZeroIsZeroOrOneAndNeedsTheOverlappedBuckets) {
+  const model::ModelConfig m = *model::preset("tiny");
+  auto one = with_flags({"--zero", "1"}, TrainConfig{});
+  ASSERT_TRUE(one.ok()) << one.status();
+  EXPECT_EQ(one->distributed.zero, 1);
+  TrainConfig c = *one;
+  EXPECT_TRUE(resolve(c, m, 2).ok());
+  auto two = with_flags({"--zero", "2"}, TrainConfig{});
+  ASSERT_TRUE(two.ok()) << two.status();
+  c = *two;
+  absl::Status st = resolve(c, m, 2);
+  EXPECT_TRUE(has(st, "distributed.zero") && has(st, "got 2")) << st;
+  c = *one;
+  c.distributed.overlap = false;
+  st = resolve(c, m, 2);
+  EXPECT_TRUE(has(st, "distributed.zero") && has(st, "distributed.overlap")) << st;
+  c = *one;
+  c.debug.inject_nan_step = 3;
+  st = resolve(c, m, 2);
+  EXPECT_TRUE(has(st, "inject_nan_in grad")) << st;
+}
+
+}  // namespace
+}  // namespace lm::train

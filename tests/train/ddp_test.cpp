@@ -186,14 +186,24 @@ TEST(DataParallel, ResumeOnAnotherNumberOfRanksSeesTheSameRows) {
   const auto f = read_losses(full.string() + ".losses");
   ASSERT_EQ(f.size(), 6u);
   const auto wf = weights(full);
-  // 1 rank x 8 rows, 4 ranks x 2, and 1 rank x 4 rows x 2 micro-batches (the cursor's count re-dealt).
-  for (auto [world, accum] : {std::pair{1, 1}, std::pair{4, 1}, std::pair{1, 2}}) {
-    auto part = tmp("reshard-" + std::to_string(world) + "-" + std::to_string(accum));
-    ASSERT_EQ(run(2, part, 6, 3, false, part.string() + ".a"), 0);
-    setenv("LM_DDP_ACCUM", std::to_string(accum).c_str(), 1);
+  // 1 rank x 8 rows, 4 ranks x 2, 1 rank x 4 rows x 2 micro-batches (the cursor's count re-dealt),
+  // and a ZeRO-1 run (moments sharded over 2 ranks, gathered whole into the checkpoint) resumed as
+  // ZeRO-1 on 4 ranks.
+  struct Case {
+    int world, accum;
+    bool zero;
+  };
+  for (const Case& c : {Case{1, 1, false}, Case{4, 1, false}, Case{1, 2, false}, Case{4, 1, true}}) {
+    const int world = c.world;
+    auto part = tmp("reshard-" + std::to_string(world) + "-" + std::to_string(c.accum) + (c.zero ? "-zero" : ""));
+    if (c.zero) setenv("LM_DDP_ZERO", "1", 1);
+    const int rc_a = run(2, part, 6, 3, false, part.string() + ".a");
+    setenv("LM_DDP_ACCUM", std::to_string(c.accum).c_str(), 1);
     const int rc = run(world, part, 6, -1, true, part.string() + ".b");
     unsetenv("LM_DDP_ACCUM");
-    ASSERT_EQ(rc, 0) << "resumed on " << world << " x accum " << accum;
+    unsetenv("LM_DDP_ZERO");
+    ASSERT_EQ(rc_a, 0);
+    ASSERT_EQ(rc, 0) << "resumed on " << world << " x accum " << c.accum << (c.zero ? " (ZeRO-1)" : "");
     auto a = read_losses(part.string() + ".a"), b = read_losses(part.string() + ".b");
     a.insert(a.end(), b.begin(), b.end());
     ASSERT_EQ(a.size(), f.size()) << world;
@@ -379,3 +389,147 @@ TEST(DataParallel, TorchrunWithAgentStoreEqualsOneRank) {
 }
 
 }  // namespace
+
+// ---- ZeRO-1 (distributed.zero 1, train/optimizer_shards.h) against plain data parallel ----
+
+namespace {
+
+// Tensors of a file of the latest checkpoint, by name.
+std::map<std::string, torch::Tensor> checkpoint_tensors(const fs::path& run, const std::string& file) {
+  auto ck = lm::train::latest_checkpoint(run.string());
+  EXPECT_TRUE(ck.ok()) << ck.status();
+  auto f = lm::model::load_safetensors(*ck + "/" + file);
+  EXPECT_TRUE(f.ok()) << f.status();
+  std::map<std::string, torch::Tensor> out;
+  for (auto& [n, t] : f->tensors) out[n] = t;
+  return out;
+}
+
+int64_t read_int(const std::string& path) {
+  std::ifstream in(path);
+  int64_t v = -1;
+  in >> v;
+  return v;
+}
+
+// Same weights and moments, element for element, in both runs' last checkpoints.
+void expect_same_checkpoint(const fs::path& a, const fs::path& b, const std::string& file) {
+  auto ta = checkpoint_tensors(a, file), tb = checkpoint_tensors(b, file);
+  ASSERT_EQ(ta.size(), tb.size()) << file;
+  for (const auto& [n, t] : ta) {
+    ASSERT_TRUE(tb.count(n)) << file << ": " << n;
+    EXPECT_TRUE(torch::equal(t, tb[n])) << file << ": " << n << " max |a - b| = "
+                                        << (t.to(torch::kFloat64) - tb[n].to(torch::kFloat64)).abs().max().item<double>();
+  }
+}
+
+}  // namespace
+
+// Clipping off, 2 ranks: a reduce-scatter of two addends rounds as the all-reduce does (a + b,
+// then the same * 0.5), and AdamW is elementwise on parts aligned as the whole tensors
+// (kShardAlign), so ZeRO-1 is bit-identical to data parallel: losses, weights and the checkpoint's
+// gathered moments. Each rank holds half of the moments' bytes (the parts partition the elements).
+TEST(ZeroOne, TwoRanksBitIdenticalToDataParallelWithoutClipping) {
+  auto ddp = tmp("z-ddp"), zero = tmp("z-zero");
+  const std::string common = "LM_DDP_CLIP=0 LM_DDP_BUCKET_MB=0.05 LM_DDP_OPT_BYTES=";
+  ASSERT_EQ(run(2, ddp, 6, -1, false, ddp.string() + ".losses", common + ddp.string() + ".bytes"), 0);
+  ASSERT_EQ(run(2, zero, 6, -1, false, zero.string() + ".losses", "LM_DDP_ZERO=1 " + common + zero.string() + ".bytes"), 0);
+  auto ld = read_losses(ddp.string() + ".losses"), lz = read_losses(zero.string() + ".losses");
+  ASSERT_EQ(ld.size(), 6u);
+  ASSERT_EQ(lz.size(), 6u);
+  for (size_t i = 0; i < ld.size(); ++i) EXPECT_EQ(ld[i], lz[i]) << "step " << i + 1;
+  expect_same_checkpoint(ddp, zero, "model.safetensors");
+  expect_same_checkpoint(ddp, zero, "optimizer.safetensors");
+  const int64_t whole = read_int(ddp.string() + ".bytes.0");
+  const int64_t z0 = read_int(zero.string() + ".bytes.0"), z1 = read_int(zero.string() + ".bytes.1");
+  EXPECT_EQ(read_int(ddp.string() + ".bytes.1"), whole);
+  EXPECT_EQ(z0 + z1, whole) << "the two ranks' parts must cover every element once";
+  // Padding to 64-element boundaries shifts the cut: within 64·(parameters + 2) elements per
+  // bucket of an even split, under 2% for the tiny preset's buckets of 0.05 MiB.
+  for (int64_t z : {z0, z1}) EXPECT_NEAR(static_cast<double>(z) / whole, 0.5, 0.02) << z << " of " << whole;
+  std::printf("ZeRO-1 moment bytes per rank: %lld and %lld of %lld (data parallel)\n", static_cast<long long>(z0),
+              static_cast<long long>(z1), static_cast<long long>(whole));
+}
+
+// Clipping on (at 0.1, below every step's norm here, so every step clips): the norm is the global
+// one over both ranks' shards. It sums per-parameter squares instead of taking the norm of the
+// norms, so it differs from data parallel's in the last bits: 1e-6 relative on the norm and the
+// losses. A norm of this rank's shard alone would be ~1/sqrt(2) of it.
+TEST(ZeroOne, ClippingUsesTheGlobalNorm) {
+  auto ddp = tmp("zc-ddp"), zero = tmp("zc-zero");
+  ASSERT_EQ(run(2, ddp, 6, -1, false, ddp.string() + ".losses", "LM_DDP_CLIP=0.1 LM_DDP_BUCKET_MB=0.05"), 0);
+  ASSERT_EQ(run(2, zero, 6, -1, false, zero.string() + ".losses", "LM_DDP_ZERO=1 LM_DDP_CLIP=0.1 LM_DDP_BUCKET_MB=0.05"), 0);
+  auto gd = grad_norms(ddp), gz = grad_norms(zero);
+  ASSERT_EQ(gd.size(), 6u);
+  ASSERT_EQ(gz.size(), 6u);
+  for (size_t i = 0; i < gd.size(); ++i) {
+    EXPECT_GT(gd[i], 0.1) << "step " << i + 1 << " does not clip: the test would not see the norm";
+    EXPECT_NEAR(gz[i] / gd[i], 1.0, 1e-6) << "step " << i + 1;
+  }
+  auto ld = read_losses(ddp.string() + ".losses"), lz = read_losses(zero.string() + ".losses");
+  ASSERT_EQ(lz.size(), ld.size());
+  for (size_t i = 0; i < ld.size(); ++i) EXPECT_NEAR(lz[i] / ld[i], 1.0, 1e-6) << "step " << i + 1;
+  // Weights: as TwoRanksEqualOneRankSameGlobalBatch, 1% of one step per element.
+  auto wd = weights(ddp), wz = weights(zero);
+  ASSERT_EQ(wd.size(), wz.size());
+  const double bound = 0.01 * lm::train::TrainConfig{}.optimizer.lr;
+  for (size_t i = 0; i < wd.size(); ++i) EXPECT_LE((wd[i] - wz[i]).abs().max().item<double>(), bound) << i;
+}
+
+// A ZeRO-1 run stopped at step 3 and resumed equals the uninterrupted one bit for bit; its
+// checkpoint holds the whole moments (data parallel's format), so plain data parallel resumes
+// from it too.
+TEST(ZeroOne, TwoRankRunResumesExactly) {
+  auto full = tmp("zr-full"), part = tmp("zr-part"), ddp = tmp("zr-ddp");
+  const std::string zero = "LM_DDP_ZERO=1 LM_DDP_BUCKET_MB=0.05";
+  ASSERT_EQ(run(2, full, 6, -1, false, full.string() + ".losses", zero), 0);
+  ASSERT_EQ(run(2, part, 6, 3, false, part.string() + ".a", zero), 0);
+  fs::copy(part, ddp, fs::copy_options::recursive);
+  ASSERT_EQ(run(2, part, 6, -1, true, part.string() + ".b", zero), 0);
+  auto f = read_losses(full.string() + ".losses"), a = read_losses(part.string() + ".a"),
+       b = read_losses(part.string() + ".b");
+  a.insert(a.end(), b.begin(), b.end());
+  ASSERT_EQ(f.size(), 6u);
+  ASSERT_EQ(a.size(), f.size());
+  for (size_t i = 0; i < f.size(); ++i) EXPECT_EQ(a[i], f[i]) << "step " << i + 1;
+  expect_same_checkpoint(full, part, "model.safetensors");
+  expect_same_checkpoint(full, part, "optimizer.safetensors");
+  // The same checkpoint resumed without ZeRO: 1e-6 relative (the clipping norm's order of sums).
+  ASSERT_EQ(run(2, ddp, 6, -1, true, ddp.string() + ".b", "LM_DDP_BUCKET_MB=0.05"), 0);
+  auto d = read_losses(ddp.string() + ".b");
+  ASSERT_EQ(d.size(), b.size());
+  for (size_t i = 0; i < d.size(); ++i) EXPECT_NEAR(d[i] / b[i], 1.0, 1e-6) << "step " << i + 4;
+}
+
+// 3 ranks: Gloo's reduce-scatter adds the three addends in another order than its all-reduce, so
+// gradients differ in the last bit where they differ at all. Losses within 1e-6 relative; weights
+// within 1% of one step per element (the bound of TwoRanksEqualOneRankSameGlobalBatch); each rank
+// holds about a third of the moments.
+TEST(ZeroOne, ThreeRanksMatchDataParallel) {
+  auto ddp = tmp("z3-ddp"), zero = tmp("z3-zero");
+  const std::string common = "LM_DDP_CLIP=0 LM_DDP_BUCKET_MB=0.05 LM_DDP_OPT_BYTES=";
+  ASSERT_EQ(run(3, ddp, 6, -1, false, ddp.string() + ".losses", common + ddp.string() + ".bytes"), 0);
+  ASSERT_EQ(run(3, zero, 6, -1, false, zero.string() + ".losses", "LM_DDP_ZERO=1 " + common + zero.string() + ".bytes"), 0);
+  auto ld = read_losses(ddp.string() + ".losses"), lz = read_losses(zero.string() + ".losses");
+  ASSERT_EQ(ld.size(), 6u);
+  ASSERT_EQ(lz.size(), 6u);
+  for (size_t i = 0; i < ld.size(); ++i) EXPECT_NEAR(lz[i] / ld[i], 1.0, 1e-6) << "step " << i + 1;
+  auto wd = weights(ddp), wz = weights(zero);
+  ASSERT_EQ(wd.size(), wz.size());
+  const double bound = 0.01 * lm::train::TrainConfig{}.optimizer.lr;
+  double worst = 0;
+  for (size_t i = 0; i < wd.size(); ++i) {
+    const double d = (wd[i] - wz[i]).abs().max().item<double>();
+    worst = std::max(worst, d);
+    EXPECT_LE(d, bound) << "tensor " << i;
+  }
+  const int64_t whole = read_int(ddp.string() + ".bytes.0");
+  int64_t sum = 0;
+  for (int r = 0; r < 3; ++r) {
+    const int64_t z = read_int(zero.string() + ".bytes." + std::to_string(r));
+    sum += z;
+    EXPECT_NEAR(static_cast<double>(z) / whole, 1.0 / 3, 0.02) << "rank " << r << ": " << z << " of " << whole;
+  }
+  EXPECT_EQ(sum, whole);
+  std::printf("3 ranks: ZeRO-1 vs data parallel after 6 steps: max |dw| = %.3g\n", worst);
+}

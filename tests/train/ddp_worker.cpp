@@ -4,8 +4,11 @@
 // (micro-batches per step; the global batch stays the same), LM_DDP_DEVICE=cuda, LM_DDP_FORCE_COMM=1
 // (a process group even with WORLD_SIZE=1: the NCCL smoke run), LM_DDP_STATS=FILE (bucket counts,
 // then the step-result reads and the ranks' stop agreements), LM_DDP_LOG_EVERY (train.logging.interval),
-// LM_DDP_RANK1_DIR (rank 1's run folder instead of RUN_DIR: a node with its own copy),
-// LM_DDP_GLOBAL_BATCH (instead of GLOBAL_BATCH), LM_DDP_SIGTERM_AT=N (rank 1 gets a stop request, as SIGTERM's handler makes, when it fetches its
+// LM_DDP_RANK1_DIR (rank 1's run folder instead of RUN_DIR: a node with its own copy), LM_DDP_ZERO=1
+// (ZeRO-1: sharded AdamW state), LM_DDP_CLIP (train.optimizer.grad_clip), LM_DDP_OPT_BYTES=PREFIX
+// (each rank writes its AdamW moment bytes to PREFIX.RANK), LM_DDP_PRESET (default tiny) and
+// LM_DDP_SEQ (default 32): a larger model for timing; LM_DDP_GLOBAL_BATCH (instead of GLOBAL_BATCH),
+// LM_DDP_SIGTERM_AT=N (rank 1 gets a stop request, as SIGTERM's handler makes, when it fetches its
 // N-th window; it writes how many windows it fetched after that to RUN_DIR/rank1.after).
 #include <csignal>
 #include <cstdio>
@@ -63,15 +66,17 @@ int main(int argc, char** argv) {
   lm::train::FitRequest r;
   r.run_dir = argv[1];
   if (env->rank == 1 && std::getenv("LM_DDP_RANK1_DIR") != nullptr) r.run_dir = std::getenv("LM_DDP_RANK1_DIR");
-  r.model = *lm::model::preset("tiny");
+  r.model = *lm::model::preset(env_or("LM_DDP_PRESET", "tiny"));
   r.train.steps = std::atoi(argv[2]);
   r.train.batch.grad_accum = std::atoi(env_or("LM_DDP_ACCUM", "1"));
   const int global_batch = std::atoi(env_or("LM_DDP_GLOBAL_BATCH", argv[3]));
   r.train.batch.micro_batch = global_batch / env->world / r.train.batch.grad_accum;
   r.train.distributed.overlap = std::atoi(env_or("LM_DDP_OVERLAP", "1")) != 0;
   r.train.distributed.bucket_mb = std::atof(env_or("LM_DDP_BUCKET_MB", "25"));
+  r.train.distributed.zero = std::atoi(env_or("LM_DDP_ZERO", "0"));
+  if (const char* clip = std::getenv("LM_DDP_CLIP"); clip != nullptr) r.train.optimizer.grad_clip = std::atof(clip);
   r.train.hardware.device = device;
-  r.train.batch.seq_len = 32;
+  r.train.batch.seq_len = std::atoi(env_or("LM_DDP_SEQ", "32"));
   r.train.schedule.warmup_steps = 2;
   r.train.logging.interval = std::atoi(env_or("LM_DDP_LOG_EVERY", "1"));
   r.train.eval.interval = 0;
@@ -95,6 +100,10 @@ int main(int argc, char** argv) {
   if (env->rank == 0 && argc > 6) {
     std::ofstream out(argv[6]);
     for (double l : sum->losses) out << std::hexfloat << l << "\n";
+  }
+  if (const char* bytes = std::getenv("LM_DDP_OPT_BYTES"); bytes != nullptr) {
+    std::ofstream out(std::string(bytes) + "." + std::to_string(env->rank));
+    out << sum->optimizer_bytes << "\n";
   }
   if (const char* stats = std::getenv("LM_DDP_STATS"); stats != nullptr && env->rank == 0) {
     std::ofstream out(stats);

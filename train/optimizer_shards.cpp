@@ -1,0 +1,146 @@
+#include "train/optimizer_shards.h"
+
+#include <ATen/ops/_foreach_mul.h>
+#include <ATen/ops/_foreach_norm.h>
+
+#include <algorithm>
+#include <functional>
+#include <map>
+
+namespace lm::train {
+
+OptimizerShards::OptimizerShards(std::vector<torch::Tensor> params, int rank, int world, int64_t bucket_bytes)
+    : params_(std::move(params)), rank_(rank), world_(world) {
+  TORCH_CHECK(world >= 1 && rank >= 0 && rank < world, "OptimizerShards: rank ", rank, " of ", world);
+  plan_ = plan_buckets(params_, bucket_bytes, kShardAlign, kShardAlign * world);
+  parts_.assign(params_.size(), {});
+  bucket_of_.assign(params_.size(), 0);
+  shard_offset_.assign(params_.size(), 0);
+  for (size_t b = 0; b < plan_.size(); ++b) {
+    const BucketPlan& bp = plan_[b];
+    const auto opts = params_[bp.params.back()].options().requires_grad(false);
+    flats_.push_back(torch::zeros({bp.numel}, opts));  // padding stays zero: it adds nothing to a sum
+    weights_.push_back(torch::zeros({bp.numel}, opts));
+    const int64_t size = bp.numel / world, mine = rank * size;
+    shards_.push_back(torch::zeros({size}, opts));
+    // Rank r owns elements [r·size, (r+1)·size) of the bucket: of each parameter, the overlap.
+    for (size_t j = 0; j < bp.params.size(); ++j) {
+      const size_t k = bp.params[j];
+      const int64_t at = bp.offset[j];
+      const int64_t lo = std::max(at, mine), hi = std::min(at + params_[k].numel(), mine + size);
+      bucket_of_[k] = b;
+      into_weights(k, weights_[b].narrow(0, at, params_[k].numel()));
+      if (hi <= lo) continue;  // none of it is this rank's
+      parts_[k] = {lo - at, hi - lo, shards_[b].narrow(0, lo - mine, hi - lo)};
+      shard_offset_[k] = lo - mine;
+    }
+  }
+}
+
+// The parameter's values move into its slot of the bucket's weight buffer and the parameter
+// becomes a view of that slot (set_data keeps the same leaf, its AccumulateGrad node and hooks):
+// the all-gather then writes the weights in place (DeepSpeed's flat parameter buffers).
+void OptimizerShards::into_weights(size_t k, torch::Tensor slot) {
+  torch::NoGradGuard no_grad;
+  auto& p = params_[k];
+  slot.copy_(p.detach().reshape({-1}));
+  p.set_data(slot.view(p.sizes()));
+}
+
+GradNorm OptimizerShards::clip_grad_norm(double max_norm, const StartSum& all_reduce_sum) {
+  torch::NoGradGuard no_grad;
+  std::vector<int64_t> present;        // parameters with a gradient this step (the same on every rank)
+  std::vector<torch::Tensor> grads;    // their parts on this rank
+  std::vector<int64_t> slot;           // grads[i] belongs to present[slot[i]]
+  for (size_t k = 0; k < params_.size(); ++k) {
+    if (!params_[k].grad().defined()) continue;
+    present.push_back(static_cast<int64_t>(k));
+    if (parts_[k].len == 0) continue;
+    grads.push_back(parts_[k].grad);
+    slot.push_back(static_cast<int64_t>(present.size()) - 1);
+  }
+  if (present.empty()) return {torch::zeros({}, torch::kFloat32), torch::full({}, -1, torch::kInt64), {}};
+  const auto device = params_.front().device();
+  // Each parameter's squared norm: this rank's parts, summed over ranks. Then as clip_grad_norm
+  // does: the norm of the per-tensor norms (the sums run in another order: ~1e-7 relative).
+  auto sq = torch::zeros({static_cast<int64_t>(present.size())}, torch::TensorOptions().dtype(torch::kFloat32).device(device));
+  if (!grads.empty()) {
+    auto norms = torch::stack(at::_foreach_norm(grads, 2)).to(torch::kFloat32);
+    sq.index_add_(0, torch::tensor(slot, torch::kInt64).to(device), norms * norms);
+  }
+  all_reduce_sum(sq)();
+  auto norms = sq.sqrt();  // [present]
+  auto total = norms.norm(2);
+  auto bad = norms.isfinite().logical_not();
+  auto first_bad = torch::where(bad.any(), bad.to(torch::kInt32).argmax(), -1);
+  if (max_norm > 0 && !grads.empty()) {
+    auto coef = torch::clamp_max((total + 1e-6).reciprocal() * max_norm, 1.0);  // as train/optim.cpp
+    at::_foreach_mul_(grads, coef);
+  }
+  return {total, first_bad, std::move(present)};
+}
+
+std::function<void()> OptimizerShards::gather(size_t b, const std::vector<torch::Tensor>& values, bool whole,
+                                              const torch::Tensor& send, const torch::Tensor& out,
+                                              const StartCollective& all_gather) const {
+  send.zero_();
+  for (size_t k : plan_[b].params) {
+    const ParamPart& part = parts_[k];
+    if (part.len == 0) continue;
+    auto src = whole ? values[k].detach().reshape({-1}).narrow(0, part.begin, part.len) : values[k].reshape({-1});
+    send.narrow(0, shard_offset_[k], part.len).copy_(src);
+  }
+  return all_gather(out, send);
+}
+
+void OptimizerShards::gather_params(const StartCollective& all_gather) {
+  torch::NoGradGuard no_grad;
+  // AdamW updated this rank's shard inside weights_ (the parameters are views of it); the gradient
+  // shard, free until the next backward, carries it (an all-gather's input must not overlap its
+  // output), and the all-gather writes every rank's shard into the parameters directly.
+  std::vector<std::function<void()>> waits;
+  for (size_t b = 0; b < plan_.size(); ++b) {
+    const int64_t size = shards_[b].numel();
+    shards_[b].copy_(weights_[b].narrow(0, rank_ * size, size));
+    waits.push_back(all_gather(weights_[b], shards_[b]));
+  }
+  for (auto& w : waits) w();
+}
+
+model::NamedTensors OptimizerShards::full_state(const std::vector<std::string>& names, const model::NamedTensors& local,
+                                                const StartCollective& all_gather) const {
+  torch::NoGradGuard no_grad;
+  TORCH_CHECK(names.size() == params_.size(), "OptimizerShards::full_state: ", names.size(), " names for ",
+              params_.size(), " parameters");
+  std::map<std::string, torch::Tensor> by_name(local.begin(), local.end());
+  model::NamedTensors out;
+  for (const auto& [name, t] : local)
+    if (name.rfind("__step__", 0) == 0) out.emplace_back(name, t);
+  // One bucket at a time, each whole moment straight to host memory: the device holds one
+  // bucket's worth more, not the whole moments this rank does not keep.
+  std::map<std::string, torch::Tensor> whole;
+  for (const char* suffix : {".exp_avg", ".exp_avg_sq"}) {
+    std::vector<torch::Tensor> values;
+    for (const auto& n : names) {
+      auto it = by_name.find(n + suffix);
+      TORCH_CHECK(it != by_name.end(), "OptimizerShards::full_state: no ", n, suffix, " in the local state");
+      values.push_back(it->second);
+    }
+    for (size_t b = 0; b < plan_.size(); ++b) {
+      auto send = torch::empty_like(shards_[b]), flat = torch::empty_like(flats_[b]);
+      gather(b, values, /*whole=*/false, send, flat, all_gather)();
+      for (size_t j = 0; j < plan_[b].params.size(); ++j) {
+        const size_t k = plan_[b].params[j];
+        whole[names[k] + suffix] =
+            flat.narrow(0, plan_[b].offset[j], params_[k].numel()).view(params_[k].sizes()).to(torch::kCPU, false, true);
+      }
+    }
+  }
+  for (const auto& n : names) {  // AdamW::state()'s order
+    out.emplace_back(n + ".exp_avg", whole.at(n + ".exp_avg"));
+    out.emplace_back(n + ".exp_avg_sq", whole.at(n + ".exp_avg_sq"));
+  }
+  return out;
+}
+
+}  // namespace lm::train
