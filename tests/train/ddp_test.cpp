@@ -222,30 +222,35 @@ TEST(DataParallel, ResumeOnAnotherNumberOfRanksSeesTheSameRows) {
 // (none is left in the gradient all-reduce), checkpoint step 2, and the resume ends as the unbroken
 // run. Before, data parallel finished the step (and waited for the next read step to agree).
 TEST(DataParallel, StopOnOneRankMidStepDropsTheStepOnAllAndResumesExactly) {
-  setenv("LM_DDP_ACCUM", "4", 1);
-  auto full = tmp("stop-full"), part = tmp("stop-part");
-  const int rc_full = run(2, full, 4, -1, false, full.string() + ".losses");
-  setenv("LM_DDP_SIGTERM_AT", "10", 1);  // rank 1, step 3 (windows 9-12), its 2nd micro-batch
-  const int rc_stop = run(2, part, 4, -1, false, part.string() + ".a");
-  unsetenv("LM_DDP_SIGTERM_AT");
-  const int rc_resume = run(2, part, 4, -1, true, part.string() + ".b");
-  unsetenv("LM_DDP_ACCUM");
-  ASSERT_EQ(rc_full, 0);
-  ASSERT_EQ(rc_stop, 0);
-  ASSERT_EQ(rc_resume, 0);
-  auto a = read_losses(part.string() + ".a"), b = read_losses(part.string() + ".b");
-  EXPECT_EQ(a.size(), 2u) << "step 3 is dropped, not finished";
-  std::ifstream after(part / "rank1.after");
-  int64_t n = -1;
-  after >> n;
-  EXPECT_LE(n, 1) << "windows rank 1 fetched after its stop request";
-  a.insert(a.end(), b.begin(), b.end());
-  auto f = read_losses(full.string() + ".losses");
-  ASSERT_EQ(a.size(), f.size());
-  for (size_t i = 0; i < f.size(); ++i) EXPECT_EQ(a[i], f[i]) << "step " << i + 1;
-  auto wf = weights(full), wp = weights(part);
-  ASSERT_EQ(wf.size(), wp.size());
-  for (size_t i = 0; i < wf.size(); ++i) EXPECT_TRUE(torch::equal(wf[i], wp[i])) << i;
+  for (const bool zero : {false, true}) {  // also with ZeRO-1 (its reduce-scatter runs on the last micro-batch)
+    const std::string tag = zero ? "-zero" : "";
+    if (zero) setenv("LM_DDP_ZERO", "1", 1);
+    setenv("LM_DDP_ACCUM", "4", 1);
+    auto full = tmp("stop-full" + tag), part = tmp("stop-part" + tag);
+    const int rc_full = run(2, full, 4, -1, false, full.string() + ".losses");
+    setenv("LM_DDP_SIGTERM_AT", "10", 1);  // rank 1, step 3 (windows 9-12), its 2nd micro-batch
+    const int rc_stop = run(2, part, 4, -1, false, part.string() + ".a");
+    unsetenv("LM_DDP_SIGTERM_AT");
+    const int rc_resume = run(2, part, 4, -1, true, part.string() + ".b");
+    unsetenv("LM_DDP_ACCUM");
+    unsetenv("LM_DDP_ZERO");
+    ASSERT_EQ(rc_full, 0) << tag;
+    ASSERT_EQ(rc_stop, 0) << tag;
+    ASSERT_EQ(rc_resume, 0) << tag;
+    auto a = read_losses(part.string() + ".a"), b = read_losses(part.string() + ".b");
+    EXPECT_EQ(a.size(), 2u) << "step 3 is dropped, not finished" << tag;
+    std::ifstream after(part / "rank1.after");
+    int64_t n = -1;
+    after >> n;
+    EXPECT_LE(n, 1) << "windows rank 1 fetched after its stop request" << tag;
+    a.insert(a.end(), b.begin(), b.end());
+    auto f = read_losses(full.string() + ".losses");
+    ASSERT_EQ(a.size(), f.size()) << tag;
+    for (size_t i = 0; i < f.size(); ++i) EXPECT_EQ(a[i], f[i]) << "step " << i + 1 << tag;
+    auto wf = weights(full), wp = weights(part);
+    ASSERT_EQ(wf.size(), wp.size());
+    for (size_t i = 0; i < wf.size(); ++i) EXPECT_TRUE(torch::equal(wf[i], wp[i])) << i << tag;
+  }
 }
 
 // Issue 39: a rank resuming from a folder of its own (without rank 0's newest checkpoint) restarted
