@@ -28,7 +28,8 @@ struct Corpus {
   int64_t words = 0;  // all pieces of the sample, counted or not
 };
 
-// The new merges in rank order; merges[i] makes id first_id + i with bytes[i].
+// The new merges in rank order; merges[i] makes id first_id + i with bytes[i] (left = right = -1:
+// a token that is no merge, a SentencePiece base's new character).
 struct NewTokens {
   int32_t first_id = 0;
   std::vector<NewMerge> merges;
@@ -52,6 +53,10 @@ using ExtensionWriter = std::function<absl::StatusOr<int64_t>(const std::string&
 // and fills r's counts; the writer writes them. `b` must outlive the writer.
 absl::StatusOr<ExtensionWriter> prepare_spm_extension(const ExtendOptions& o, const BaseTokenizer& b,
                                                       const TrainingSample& sample, ExtendResult& r);
+
+// Drops the `dead` tokens and every merge built on one, renumbering the rest from first_id in
+// rank order. Returns how many were dropped.
+int64_t prune(NewTokens& t, const std::vector<char>& dead);
 
 // Lower-case hex of bytes (extension.json's bytes_hex).
 std::string hex_bytes(std::string_view bytes);

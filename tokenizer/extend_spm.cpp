@@ -30,30 +30,33 @@ namespace {
 constexpr std::string_view kSpace = "\xE2\x96\x81";  // U+2581
 // Scores at or below this are not merge ranks (Llama 2 puts its whitespace-run pieces at -1e9).
 constexpr float kManualScore = -1e8f;
-constexpr int32_t kUnusedPiece = 5, kBytePiece = 6, kUserPiece = 4;
-
-// A new piece in rank order; left/right are the ids a merge joins (-1: a single character).
-struct Candidate {
-  std::string piece;
-  int64_t count = 0;
-  int32_t left = -1, right = -1;
-};
+constexpr int32_t kUnusedPiece = 5, kUserPiece = 4;
 
 struct SpmExtension {
   ModelParts base;  // the base's pieces, plus UNUSED fillers up to the checkpoint's rows
-  int32_t first_id = 0;
   float top_score = 0;  // the first new piece's; each later one is 1 lower
-  std::vector<Candidate> cands;
+  // The new pieces in rank order from the first id after `base`: bytes are the piece's text as
+  // SentencePiece spells it; a merge's left/right are the ids it joins (-1: a single character).
+  NewTokens t;
   std::vector<std::string> words;  // distinct escaped corpus words a new piece could reach
   std::vector<int64_t> counts;
   int64_t all_words = 0;
 };
 
-std::string model_bytes(const SpmExtension& e) {
+ModelParts model_parts(const SpmExtension& e) {
   ModelParts m = e.base;
-  for (size_t i = 0; i < e.cands.size(); ++i)
-    m.pieces.push_back({e.cands[i].piece, e.top_score - static_cast<float>(i), kNormalPiece});
-  return serialize_model_parts(m);
+  for (size_t i = 0; i < e.t.bytes.size(); ++i)
+    m.pieces.push_back({e.t.bytes[i], e.top_score - static_cast<float>(i), kNormalPiece});
+  return m;
+}
+
+std::string model_bytes(const SpmExtension& e) { return serialize_model_parts(model_parts(e)); }
+
+// Appends a new piece; a single character's left/right are -1.
+void add_piece(SpmExtension& e, std::string piece, int64_t count, int32_t left = -1, int32_t right = -1) {
+  const int32_t id = e.t.first_id + static_cast<int32_t>(e.t.bytes.size());
+  e.t.merges.push_back({left, right, id, count});
+  e.t.bytes.push_back(std::move(piece));
 }
 
 std::string piece_text(std::string piece) {
@@ -70,7 +73,7 @@ absl::StatusOr<SpmExtension> read_base(const BaseTokenizer& b) {
   const int32_t rows = b.tok.vocab_size();
   for (int32_t id = static_cast<int32_t>(e.base.pieces.size()); id < rows; ++id)
     e.base.pieces.push_back({absl::StrCat("<lmforge_unused_", id, ">"), 0.0f, kUnusedPiece});
-  e.first_id = static_cast<int32_t>(e.base.pieces.size());
+  e.t.first_id = static_cast<int32_t>(e.base.pieces.size());
   float floor = 0;
   for (const ModelPiece& p : e.base.pieces)
     if (p.type == kNormalPiece && p.score > kManualScore) floor = std::min(floor, p.score);
@@ -87,14 +90,10 @@ void count_words(const TrainingSample& s, bool dummy_prefix, const std::string& 
       ++e.all_words;
       if (guard_allows(w, guard)) ++counts[absl::string_view(w.data(), w.size())];
     });
-  for (auto& [w, n] : counts) e.words.push_back(w), e.counts.push_back(n);
-  std::vector<size_t> order(e.words.size());
-  for (size_t i = 0; i < order.size(); ++i) order[i] = i;
-  std::sort(order.begin(), order.end(), [&](size_t a, size_t b) { return e.words[a] < e.words[b]; });
-  std::vector<std::string> w;
-  std::vector<int64_t> c;
-  for (size_t i : order) w.push_back(std::move(e.words[i])), c.push_back(e.counts[i]);
-  e.words = std::move(w), e.counts = std::move(c);  // a deterministic order: the same corpus, the same pieces
+  // A deterministic order (by text): the same corpus gives the same pieces.
+  std::vector<std::pair<std::string, int64_t>> sorted(counts.begin(), counts.end());
+  std::sort(sorted.begin(), sorted.end());
+  for (auto& [w, n] : sorted) e.words.push_back(std::move(w)), e.counts.push_back(n);
 }
 
 // Step 1: characters the guard allows that no base piece is, by count (ties by text).
@@ -118,19 +117,17 @@ void add_characters(const ExtendOptions& o, SpmExtension& e) {
     if (n >= o.min_count) by_count.push_back({-n, ch});
   std::sort(by_count.begin(), by_count.end());
   for (auto& [n, ch] : by_count)
-    if (static_cast<int64_t>(e.cands.size()) < o.add) e.cands.push_back({ch, -n});
+    if (static_cast<int64_t>(e.t.bytes.size()) < o.add) add_piece(e, ch, -n);
 }
 
 // Step 2: merges learned on the words as base + characters encodes them. Byte, control and
 // unknown pieces never merge (their stand-in bytes are not UTF-8, which `allowed` refuses).
 void add_merges(const ExtendOptions& o, SpmExtension& e) {
-  const int64_t room = o.add - static_cast<int64_t>(e.cands.size());
+  const int64_t room = o.add - static_cast<int64_t>(e.t.bytes.size());
   if (room <= 0) return;
-  const std::string bytes = model_bytes(e);
-  const auto words = SpmWords::make(bytes);
+  const ModelParts m = model_parts(e);
+  const auto words = SpmWords::make(serialize_model_parts(m));
   if (!words) return;  // not reached: characters hold no "▁" (load_base checked the base)
-  ModelParts m;
-  parse_model_parts(bytes, &m);
   std::vector<std::string> token_bytes;
   absl::flat_hash_set<std::string> taken;
   for (size_t id = 0; id < m.pieces.size(); ++id) {
@@ -155,64 +152,47 @@ void add_merges(const ExtendOptions& o, SpmExtension& e) {
              static_cast<long>(count));
   };
   for (const NewMerge& nm : learn_merges(bag, token_bytes, taken, mo))
-    e.cands.push_back({token_bytes[nm.id], nm.count, nm.left, nm.right});
+    add_piece(e, token_bytes[nm.id], nm.count, nm.left, nm.right);
 }
 
 // New pieces no corpus word and not their own text reaches (1 = dead), under the model with all.
 absl::StatusOr<std::vector<char>> unreachable(const SpmExtension& e) {
   const auto words = SpmWords::make(model_bytes(e));
   if (!words) return absl::InternalError("the extended tokenizer.model is not one SpmWords encodes exactly");
-  std::vector<char> used(e.cands.size(), 0);
+  const int32_t first = e.t.first_id;
+  std::vector<char> used(e.t.bytes.size(), 0);
   std::vector<int32_t> ids;
   for (const std::string& w : e.words) {
     ids.clear();
     words->encode_word(w, &ids);
     for (int32_t id : ids)
-      if (id >= e.first_id) used[id - e.first_id] = 1;
+      if (id >= first) used[id - first] = 1;
   }
   for (size_t i = 0; i < used.size(); ++i) {
     if (used[i]) continue;
     ids.clear();
-    words->encode_word(e.cands[i].piece, &ids);
-    used[i] = ids.size() == 1 && ids[0] == e.first_id + static_cast<int32_t>(i);
+    words->encode_word(e.t.bytes[i], &ids);
+    used[i] = ids.size() == 1 && ids[0] == first + static_cast<int32_t>(i);
   }
   for (char& u : used) u = !u;
   return used;
 }
 
-// Drops the dead pieces and every merge that joins one, renumbering the rest in rank order.
-int64_t prune(SpmExtension& e, const std::vector<char>& dead) {
-  std::vector<int32_t> new_id(e.cands.size(), -1);
-  std::vector<Candidate> kept;
-  auto map = [&](int32_t id) { return id < e.first_id ? id : new_id[id - e.first_id]; };
-  for (size_t i = 0; i < e.cands.size(); ++i) {
-    Candidate c = e.cands[i];
-    const bool merge = c.left >= 0;
-    if (dead[i] || (merge && (map(c.left) < 0 || map(c.right) < 0))) continue;
-    if (merge) c.left = map(c.left), c.right = map(c.right);
-    new_id[i] = e.first_id + static_cast<int32_t>(kept.size());
-    kept.push_back(std::move(c));
-  }
-  const int64_t dropped = static_cast<int64_t>(e.cands.size() - kept.size());
-  e.cands = std::move(kept);
-  return dropped;
-}
-
 Json extension_json(const BaseTokenizer& b, const SpmExtension& e, const ExtendOptions& o) {
-  const auto base_words = SpmWords::make(serialize_model_parts(e.base));
+  const SpmWords& base_words = *b.tok.spm_word_encoder();  // the base's own (load_base checked it is there)
   Json tokens = Json::array();
   std::vector<int32_t> pieces;
-  for (size_t i = 0; i < e.cands.size(); ++i) {
+  for (size_t i = 0; i < e.t.bytes.size(); ++i) {
     pieces.clear();
-    base_words->encode_word(e.cands[i].piece, &pieces);
-    const std::string text = piece_text(e.cands[i].piece);
-    tokens.push_back({{"id", e.first_id + static_cast<int32_t>(i)}, {"token", e.cands[i].piece},
-                      {"bytes_hex", hex_bytes(text)}, {"base_pieces", pieces}, {"count", e.cands[i].count}});
+    base_words.encode_word(e.t.bytes[i], &pieces);
+    tokens.push_back({{"id", e.t.merges[i].id}, {"token", e.t.bytes[i]},
+                      {"bytes_hex", hex_bytes(piece_text(e.t.bytes[i]))}, {"base_pieces", pieces},
+                      {"count", e.t.merges[i].count}});
   }
   return {{"format", kExtensionFormat},
           {"base_tokenizer_hash", b.tok.hash()},
           {"base_vocab_size", b.tok.vocab_size()},
-          {"vocab_size", e.first_id + static_cast<int64_t>(e.cands.size())},
+          {"vocab_size", e.t.first_id + static_cast<int64_t>(e.t.bytes.size())},
           {"split", "sentencepiece-words"},
           {"split_pattern", ""},
           {"guard", o.guard},
@@ -231,11 +211,11 @@ absl::StatusOr<ExtensionWriter> prepare_spm_extension(const ExtendOptions& o, co
            format_count(static_cast<double>(e->all_words)), format_count(static_cast<double>(e->words.size())),
            o.guard);
   add_characters(o, *e);
-  const size_t chars = e->cands.size();
+  const size_t chars = e->t.bytes.size();
   add_merges(o, *e);
   log_info("new pieces: %zu characters the base spells in bytes, %zu merges, scores from %.0f down", chars,
-           e->cands.size() - chars, e->top_score);
-  r.learned = static_cast<int64_t>(e->cands.size());
+           e->t.bytes.size() - chars, e->top_score);
+  r.learned = static_cast<int64_t>(e->t.bytes.size());
   r.split = "sentencepiece-words";
   r.words = e->all_words;
   r.distinct_words = static_cast<int64_t>(e->words.size());
@@ -245,9 +225,9 @@ absl::StatusOr<ExtensionWriter> prepare_spm_extension(const ExtendOptions& o, co
       LM_ASSIGN_OR_RETURN(std::vector<char> dead, unreachable(*e));
       const int64_t n_dead = std::count(dead.begin(), dead.end(), 1);
       log_info("reachability check %d: %ld of %zu new pieces unreached", round, static_cast<long>(n_dead),
-               e->cands.size());
+               e->t.bytes.size());
       if (n_dead == 0) break;
-      pruned += prune(*e, dead);
+      pruned += prune(e->t, dead);
     }
     const std::string bytes = model_bytes(*e);
     Json ext = extension_json(b, *e, o);
@@ -256,7 +236,7 @@ absl::StatusOr<ExtensionWriter> prepare_spm_extension(const ExtendOptions& o, co
     meta["vocab_size"] = ext["vocab_size"];
     meta["model_file"] = kForeignSpmFile;
     meta["source"] = absl::StrCat("vocabulary extension of ", o.base, " (hash ", b.tok.hash(), ", vocab ",
-                                  b.tok.vocab_size(), ") by ", e->cands.size(), " pieces learned on ", o.corpus);
+                                  b.tok.vocab_size(), ") by ", e->t.bytes.size(), " pieces learned on ", o.corpus);
     LM_RETURN_IF_ERROR(make_dirs(dir));
     LM_RETURN_IF_ERROR(write_file_atomic(dir + "/" + kForeignSpmFile, bytes));
     LM_RETURN_IF_ERROR(write_json_file(dir + "/" + kMetaFile, meta));

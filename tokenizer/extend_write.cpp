@@ -75,26 +75,6 @@ std::vector<char> unreachable(const HfBpe& ext, const NewTokens& t, const Corpus
   return used;
 }
 
-// Drops the `dead` tokens and every merge built on one, renumbering the rest from first_id in
-// rank order. Returns how many were dropped.
-int64_t prune(NewTokens& t, std::vector<char> dead) {
-  std::vector<int32_t> new_id(t.merges.size(), -1);
-  NewTokens kept;
-  kept.first_id = t.first_id;
-  auto map = [&](int32_t id) { return id < t.first_id ? id : new_id[id - t.first_id]; };
-  for (size_t i = 0; i < t.merges.size(); ++i) {
-    NewMerge m = t.merges[i];
-    if (dead[i] || map(m.left) < 0 || map(m.right) < 0) continue;
-    new_id[i] = t.first_id + static_cast<int32_t>(kept.merges.size());
-    m.left = map(m.left), m.right = map(m.right), m.id = new_id[i];
-    kept.merges.push_back(m);
-    kept.bytes.push_back(t.bytes[i]);
-  }
-  const int64_t dropped = static_cast<int64_t>(t.merges.size() - kept.merges.size());
-  t = std::move(kept);
-  return dropped;
-}
-
 // Prunes until every new token is reached; returns the extended hf-tokenizer.json.
 absl::StatusOr<Json> reachable_hf_json(const BaseTokenizer& b, NewTokens& t, const Corpus& corpus,
                                        const std::string& pattern, int64_t* pruned) {
@@ -130,6 +110,26 @@ Json extension_json(const BaseTokenizer& b, const NewTokens& t, const ExtendOpti
 }
 
 }  // namespace
+
+int64_t prune(NewTokens& t, const std::vector<char>& dead) {
+  std::vector<int32_t> new_id(t.merges.size(), -1);
+  NewTokens kept;
+  kept.first_id = t.first_id;
+  auto map = [&](int32_t id) { return id < t.first_id ? id : new_id[id - t.first_id]; };
+  for (size_t i = 0; i < t.merges.size(); ++i) {
+    NewMerge m = t.merges[i];
+    const bool merge = m.left >= 0;  // else a token of its own (a SentencePiece base's new character)
+    if (dead[i] || (merge && (map(m.left) < 0 || map(m.right) < 0))) continue;
+    new_id[i] = t.first_id + static_cast<int32_t>(kept.merges.size());
+    if (merge) m.left = map(m.left), m.right = map(m.right);
+    m.id = new_id[i];
+    kept.merges.push_back(m);
+    kept.bytes.push_back(t.bytes[i]);
+  }
+  const int64_t dropped = static_cast<int64_t>(t.merges.size() - kept.merges.size());
+  t = std::move(kept);
+  return dropped;
+}
 
 std::string hex_bytes(std::string_view bytes) {
   static const char* d = "0123456789abcdef";

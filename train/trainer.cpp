@@ -1055,7 +1055,10 @@ absl::Status Trainer::checkpoint(bool wait) {
   last_checkpoint_ = Clock::now();  // on every rank: the minutes count from here
   LM_RETURN_IF_ERROR(read_steps(/*logging_current=*/false));  // no checkpoint past an unread skip
   const auto t0 = Clock::now();
-  model::NamedTensors optimizer = optimizer_state();  // ZeRO-1: a collective, on every rank
+  // ZeRO-1 gathers the moments on every rank (a collective); otherwise only rank 0 reads its own
+  // (the per-group step counts it reads are a host sync on a GPU).
+  model::NamedTensors optimizer;
+  if (zero_ || main_rank_) optimizer = optimizer_state();
   if (!main_rank_) return absl::OkStatus();
   metrics_.flush();
   if (!writer_) writer_ = std::make_unique<CheckpointWriter>(req_.run_dir, tc_.checkpoint.keep_last);
