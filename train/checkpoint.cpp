@@ -72,15 +72,23 @@ model::NamedTensors to_cpu(model::NamedTensors tensors, bool copy) {
 
 CheckpointSnapshot snapshot_checkpoint(int64_t step, model::Transformer& model, const AdamW& optim,
                                        const Json& trainer_state, bool copy) {
-  return snapshot_checkpoint(step, model, optim.state(), trainer_state, copy);
+  return snapshot_checkpoint(step, model, optim.state(), trainer_state, {}, copy);
 }
 
 CheckpointSnapshot snapshot_checkpoint(int64_t step, model::Transformer& model, const model::NamedTensors& optimizer,
-                                       const Json& trainer_state, bool copy) {
+                                       const Json& trainer_state, const model::NamedTensors& fp32_weights, bool copy) {
   torch::NoGradGuard no_grad;
   CheckpointSnapshot s;
   s.step = step;
-  s.model = to_cpu(model::module_state(*model), copy);
+  model::NamedTensors weights = model::module_state(*model);
+  for (const auto& [name, t] : fp32_weights) {
+    auto it = std::find_if(weights.begin(), weights.end(), [&](const auto& w) { return w.first == name; });
+    TORCH_CHECK(it != weights.end(), "snapshot_checkpoint: no parameter ", name, " for its fp32 weights");
+    TORCH_CHECK(it->second.sizes() == t.sizes(), "snapshot_checkpoint: ", name, " is ", it->second.sizes(),
+                " but its fp32 weights are ", t.sizes());
+    it->second = t;
+  }
+  s.model = to_cpu(weights, copy);
   s.optimizer = to_cpu(optimizer, copy);
   s.trainer_state = trainer_state;
   return s;

@@ -38,9 +38,12 @@ struct CheckpointSnapshot {
 // `copy` false shares the CPU tensors instead (a synchronous write, nothing changes meanwhile).
 CheckpointSnapshot snapshot_checkpoint(int64_t step, model::Transformer& model, const AdamW& optim,
                                        const Json& trainer_state, bool copy = true);
-// The same with the optimizer's state given (ZeRO-1: every rank's moments gathered).
+// The same with the optimizer's state given (ZeRO-1: every rank's moments gathered), and
+// `fp32_weights` saved in place of the parameters of those names (the distributed optimizer's
+// masters of its bf16 working weights: a checkpoint's weights stay fp32).
 CheckpointSnapshot snapshot_checkpoint(int64_t step, model::Transformer& model, const model::NamedTensors& optimizer,
-                                       const Json& trainer_state, bool copy = true);
+                                       const Json& trainer_state, const model::NamedTensors& fp32_weights = {},
+                                       bool copy = true);
 // save_checkpoint's writer: step-N.tmp, fsync, rename, `latest` last, keep-last-K.
 absl::Status write_checkpoint(const std::string& run_dir, const CheckpointSnapshot& snap, int64_t keep_last);
 

@@ -93,7 +93,10 @@ const std::vector<FlagAlias>& flag_aliases() {
       {"--ddp-bucket-mb", "distributed.bucket_mb", "gradient all-reduce bucket cap in MiB (default 25)"},
       {"--zero", "distributed.zero",
        "0|1: 1 shards AdamW's moments over the data-parallel ranks (ZeRO-1: each keeps 1/world; "
-       "e.g. torchrun --nproc-per-node 8 lmtrain fit ... --zero 1); default 0"}};
+       "e.g. torchrun --nproc-per-node 8 lmtrain fit ... --zero 1); default 0"},
+      {"--master-weights", "distributed.master_weights",
+       "whole|sharded: sharded (with --zero 1, bf16) trains bf16 matmul weights with their fp32 master "
+       "weights sharded over the ranks (the distributed optimizer; e.g. ... --zero 1 --master-weights sharded)"}};
   return kAliases;
 }
 
@@ -224,6 +227,14 @@ absl::Status check_ranges(const TrainConfig& c) {
   if (c.distributed.zero == 1 && c.debug.inject_nan_step >= 0 && c.debug.inject_nan_in == "grad")
     return bad("distributed.zero", "1 with debug.inject_nan_in grad: the poisoned gradient would be the local one, "
                                    "not the reduced shard; inject into the loss instead");
+  if (c.distributed.master_weights != "whole" && c.distributed.master_weights != "sharded")
+    return bad("distributed.master_weights", "expected whole or sharded, got '" + c.distributed.master_weights + "'");
+  if (c.distributed.master_weights == "sharded" && c.distributed.zero != 1)
+    return bad("distributed.master_weights", "sharded shards the master weights with AdamW's moments: it needs "
+                                             "distributed.zero 1 (--zero 1)");
+  if (c.distributed.master_weights == "sharded" && c.hardware.dtype == "fp32")
+    return bad("distributed.master_weights", "sharded trains bf16 working weights: it needs hardware.dtype bf16 "
+                                             "(or auto on a GPU), not fp32");
   if (c.hardware.dtype != "auto" && c.hardware.dtype != "fp32" && c.hardware.dtype != "bf16") return bad("hardware.dtype", "expected auto, fp32 or bf16, got '" + c.hardware.dtype + "'");
   return check_param_groups(c.param_groups);
 }

@@ -141,13 +141,18 @@ struct HardwareConfig {
 // zero 1: ZeRO-1, each rank keeps AdamW's moments for 1/world of the parameters (buckets are
 // reduce-scattered, each rank updates its shard, an all-gather restores the weights;
 // train/optimizer_shards.h). 0 (default): every rank keeps the whole state.
+// master_weights "sharded" (with zero 1 and bf16): the distributed optimizer. The matmul weights
+// train as bf16 working copies; their fp32 master weights are sharded with the moments, and each
+// micro-batch's gradient is added into the fp32 buckets and dropped (no .grad kept). "whole"
+// (default): fp32 weights on every rank, cast by autocast.
 struct DistributedConfig {
   bool overlap = true;
   double bucket_mb = 25;
   int64_t zero = 0;
+  std::string master_weights = "whole";
   template <class V>
   void visit(V& v) {
-    v("overlap", overlap); v("bucket_mb", bucket_mb); v("zero", zero);
+    v("overlap", overlap); v("bucket_mb", bucket_mb); v("zero", zero); v("master_weights", master_weights);
   }
 };
 

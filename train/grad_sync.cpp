@@ -31,6 +31,8 @@ struct GradSync::State {
   StartSum start_sum;
   StartCollective reduce_scatter;  // ZeRO-1 only
   bool overlap = true;
+  bool accumulate = false;         // the distributed optimizer: micro-batch gradients summed in the buckets
+  std::vector<char> got;           // accumulate: a gradient of this parameter arrived in this step
   int64_t bucket_bytes = 25 << 20;
   std::vector<Bucket> buckets;
   std::vector<size_t> bucket_of, slot_of;  // parameter index -> bucket, position in the bucket
@@ -60,14 +62,29 @@ struct GradSync::State {
     else slot.zero_();  // an unused parameter adds nothing (same on every rank: same graph)
   }
 
+  // accumulate: this micro-batch's gradient of parameter i into its bucket slot (a copy the
+  // first time in a step, as AccumulateGrad takes the first one, then sums in fp32), and the
+  // .grad dropped.
+  void add_in(size_t i) {
+    auto& g = params[i].mutable_grad();
+    if (!g.defined()) return;
+    Bucket& b = buckets[bucket_of[i]];
+    auto slot = b.flat.narrow(0, b.offset[slot_of[i]], params[i].numel());
+    if (got[i]) slot.add_(g.reshape({-1}));
+    else slot.copy_(g.reshape({-1}));
+    got[i] = 1;
+    g = torch::Tensor();
+  }
+
   // A parameter's gradient is final (its AccumulateGrad ran): copy it into its bucket, and start
   // every bucket that is complete and next in line.
   void ready(size_t i) {
     std::lock_guard<std::mutex> lock(mu);
+    torch::NoGradGuard ng;
+    if (accumulate) add_in(i);
     if (!armed) return;
     if (fired[i]++ > 0) return;  // counted; finish() reports it
-    torch::NoGradGuard ng;
-    copy_in(i);
+    if (!accumulate) copy_in(i);
     --buckets[bucket_of[i]].pending;
     while (next_launch < buckets.size() && buckets[next_launch].pending == 0) {
       launch(buckets[next_launch++]);
@@ -90,17 +107,20 @@ struct ReadyHook : torch::autograd::FunctionPostHook {
 }  // namespace
 
 std::vector<BucketPlan> plan_buckets(const std::vector<torch::Tensor>& params, int64_t bucket_bytes, int64_t align,
-                                     int64_t pad_to) {
+                                     int64_t pad_to, const std::vector<int>& kind) {
   TORCH_CHECK(align >= 1 && pad_to >= 1, "plan_buckets: align ", align, " and pad_to ", pad_to, " must be >= 1");
+  TORCH_CHECK(kind.empty() || kind.size() == params.size(), "plan_buckets: ", kind.size(), " kinds for ",
+              params.size(), " parameters");
   std::vector<BucketPlan> out;
   int64_t bytes = 0;
   const torch::Tensor* last = nullptr;
+  size_t last_k = 0;
   // Reverse registration order ≈ the order backward finishes gradients (last layer first).
   for (size_t k = params.size(); k-- > 0;) {
     const auto& p = params[k];
     const int64_t pb = p.numel() * p.element_size();
     const bool fits = last != nullptr && bytes + pb <= bucket_bytes && last->scalar_type() == p.scalar_type() &&
-                      last->device() == p.device();
+                      last->device() == p.device() && (kind.empty() || kind[k] == kind[last_k]);
     if (!fits) { out.emplace_back(); bytes = 0; }
     BucketPlan& b = out.back();
     const int64_t at = (b.numel + align - 1) / align * align;
@@ -109,6 +129,7 @@ std::vector<BucketPlan> plan_buckets(const std::vector<torch::Tensor>& params, i
     b.numel = at + p.numel();
     bytes += pb;
     last = &p;
+    last_k = k;
   }
   for (auto& b : out) b.numel = (b.numel + pad_to - 1) / pad_to * pad_to;
   return out;
@@ -166,13 +187,16 @@ GradSync::GradSync(std::vector<torch::Tensor> params, int world, StartSum start_
 }
 
 GradSync::GradSync(std::vector<torch::Tensor> params, int world, const std::vector<BucketPlan>& plan,
-                   std::vector<torch::Tensor> flats, std::vector<torch::Tensor> shards, StartCollective reduce_scatter)
+                   std::vector<torch::Tensor> flats, std::vector<torch::Tensor> shards, StartCollective reduce_scatter,
+                   bool accumulate)
     : st_(std::make_shared<State>()) {
   State& s = *st_;
   s.params = std::move(params);
   s.world = world;
   s.reduce_scatter = std::move(reduce_scatter);
   s.overlap = true;
+  s.accumulate = accumulate;
+  s.got.assign(s.params.size(), 0);
   s.init(plan, std::move(flats));
   TORCH_CHECK(shards.size() == s.buckets.size(), "GradSync: ", shards.size(), " shards for ", s.buckets.size(), " buckets");
   for (size_t b = 0; b < shards.size(); ++b) {
@@ -194,6 +218,12 @@ std::vector<std::vector<size_t>> GradSync::bucket_layout() const {
   std::vector<std::vector<size_t>> out;
   for (const auto& b : st_->buckets) out.push_back(b.params);
   return out;
+}
+
+void GradSync::begin_step() {
+  State& s = *st_;
+  std::lock_guard<std::mutex> lock(s.mu);
+  std::fill(s.got.begin(), s.got.end(), 0);
 }
 
 void GradSync::before_backward(bool sync) {
@@ -269,7 +299,11 @@ void GradSync::finish() {
   for (size_t i = 0; i < s.params.size(); ++i) {
     TORCH_CHECK(s.fired[i] <= 1, "GradSync: the gradient of parameter ", i, " became final ", s.fired[i],
                 " times in one backward (a parameter reached through two AccumulateGrad nodes?)");
-    if (s.fired[i] == 0) { s.copy_in(i); --s.buckets[s.bucket_of[i]].pending; ++late; }
+    if (s.fired[i] > 0) continue;
+    if (!s.accumulate) s.copy_in(i);
+    else if (!s.got[i]) s.buckets[s.bucket_of[i]].flat.narrow(0, s.buckets[s.bucket_of[i]].offset[s.slot_of[i]], s.params[i].numel()).zero_();
+    --s.buckets[s.bucket_of[i]].pending;
+    ++late;
   }
   while (s.next_launch < s.buckets.size()) s.launch(s.buckets[s.next_launch++]);
   if (late > 0 && !s.warned_late) {
@@ -280,7 +314,14 @@ void GradSync::finish() {
   const double inv = 1.0 / s.world;
   for (auto& b : s.buckets) {
     b.wait();
-    if (b.shard.defined()) { b.shard.mul_(inv); continue; }  // ZeRO-1: the shard is the result
+    if (b.shard.defined()) {  // ZeRO-1: the shard is the result
+      b.shard.mul_(inv);
+      if (!s.accumulate) continue;
+      // The placeholder says "trained this step" where .grad is read for that; it holds no bytes.
+      for (size_t k : b.params)
+        if (s.got[k]) s.params[k].mutable_grad() = torch::empty({0}, s.params[k].options());
+      continue;
+    }
     b.flat.mul_(inv);
     for (size_t j = 0; j < b.params.size(); ++j) {
       auto& p = s.params[b.params[j]];

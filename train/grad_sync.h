@@ -29,9 +29,10 @@ struct BucketPlan {
 // Buckets of up to about `bucket_bytes` in reverse registration order (the order backward
 // produces gradients), one dtype and device each. Each parameter starts at a multiple of `align`
 // elements and each bucket's length is a multiple of `pad_to` (ZeRO-1 cuts it into equal shards);
-// 1 and 1 pack them densely, as data parallel does.
+// 1 and 1 pack them densely, as data parallel does. `kind` (empty, or one per parameter): a
+// bucket holds parameters of one kind only (the distributed optimizer's bf16 working weights).
 std::vector<BucketPlan> plan_buckets(const std::vector<torch::Tensor>& params, int64_t bucket_bytes,
-                                     int64_t align = 1, int64_t pad_to = 1);
+                                     int64_t align = 1, int64_t pad_to = 1, const std::vector<int>& kind = {});
 
 struct GradSyncStats {
   int64_t buckets = 0;
@@ -48,12 +49,20 @@ class GradSync {
   // ZeRO-1 (train/optimizer_shards.h): the buckets of `plan` on the given zeroed `flats`, each
   // reduce-scattered into `shards[b]` ([numel / world]) from the hooks; finish() leaves the
   // averaged shard there and the parameters' .grad untouched (local, not reduced).
+  // `accumulate` (the distributed optimizer): every micro-batch's gradient is added into the
+  // (fp32) buckets by the hook and the parameter's .grad dropped at once, so no .grad outlives
+  // its parameter's backward; finish() then gives each parameter that had a gradient an empty
+  // placeholder .grad (defined: "trained this step" for clipping, AdamW and frozen groups).
   GradSync(std::vector<torch::Tensor> params, int world, const std::vector<BucketPlan>& plan,
-           std::vector<torch::Tensor> flats, std::vector<torch::Tensor> shards, StartCollective reduce_scatter);
+           std::vector<torch::Tensor> flats, std::vector<torch::Tensor> shards, StartCollective reduce_scatter,
+           bool accumulate = false);
   ~GradSync();  // removes the hooks
   GradSync(const GradSync&) = delete;
   GradSync& operator=(const GradSync&) = delete;
 
+  // Call at the start of each step, before its first backward: with `accumulate`, the buckets'
+  // sums start over (a step dropped midway leaves partial ones). Otherwise nothing.
+  void begin_step();
   // Call before each backward: `sync` is true only for the last micro-batch of a step; the others
   // accumulate locally (DDP's no_sync), so one all-reduce per step carries the summed gradient.
   void before_backward(bool sync);

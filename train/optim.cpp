@@ -31,7 +31,9 @@ AdamW::AdamW(const std::vector<std::pair<std::string, torch::Tensor>>& params, c
       const ParamPart& part = (*parts)[i];
       TORCH_CHECK(part.begin >= 0 && part.len >= 0 && part.begin + part.len <= p.numel(), "AdamW: part [", part.begin,
                   ", +", part.len, ") outside ", name, " of ", p.numel(), " elements");
-      s.param = p.detach().view({-1}).narrow(0, part.begin, part.len);
+      s.param = part.value.defined() ? part.value : p.detach().view({-1}).narrow(0, part.begin, part.len);
+      TORCH_CHECK(s.param.numel() == part.len, "AdamW: the master of ", name, " has ", s.param.numel(),
+                  " elements for a part of ", part.len);
       s.grad = part.grad;
       s.begin = part.begin;
     }

@@ -19,6 +19,9 @@ namespace lm::train {
 struct ParamPart {
   int64_t begin = 0, len = 0;
   torch::Tensor grad;  // [len], a view into a reduce-scattered gradient shard
+  // [len] fp32, what AdamW updates: undefined for the parameter's own part; the distributed
+  // optimizer's sharded master weights for a bf16 working weight.
+  torch::Tensor value;
 };
 
 class AdamW {

@@ -9,10 +9,15 @@
 
 namespace lm::train {
 
-OptimizerShards::OptimizerShards(std::vector<torch::Tensor> params, int rank, int world, int64_t bucket_bytes)
+OptimizerShards::OptimizerShards(std::vector<torch::Tensor> params, int rank, int world, int64_t bucket_bytes,
+                                 std::vector<bool> bf16_working)
     : params_(std::move(params)), rank_(rank), world_(world) {
   TORCH_CHECK(world >= 1 && rank >= 0 && rank < world, "OptimizerShards: rank ", rank, " of ", world);
-  plan_ = plan_buckets(params_, bucket_bytes, kShardAlign, kShardAlign * world);
+  TORCH_CHECK(bf16_working.empty() || bf16_working.size() == params_.size(), "OptimizerShards: ",
+              bf16_working.size(), " bf16_working flags for ", params_.size(), " parameters");
+  std::vector<int> kind(bf16_working.begin(), bf16_working.end());
+  plan_ = plan_buckets(params_, bucket_bytes, kShardAlign, kShardAlign * world, kind);
+  masters_.assign(plan_.size(), torch::Tensor());
   parts_.assign(params_.size(), {});
   bucket_of_.assign(params_.size(), 0);
   shard_offset_.assign(params_.size(), 0);
@@ -31,10 +36,59 @@ OptimizerShards::OptimizerShards(std::vector<torch::Tensor> params, int rank, in
       bucket_of_[k] = b;
       into_weights(k, weights_[b].narrow(0, at, params_[k].numel()));
       if (hi <= lo) continue;  // none of it is this rank's
-      parts_[k] = {lo - at, hi - lo, shards_[b].narrow(0, lo - mine, hi - lo)};
+      parts_[k] = {lo - at, hi - lo, shards_[b].narrow(0, lo - mine, hi - lo), {}};
       shard_offset_[k] = lo - mine;
     }
+    if (kind.empty() || kind[bp.params.front()] == 0) continue;
+    // The fp32 masters of this rank's shard (taken again from the weights when they turn bf16).
+    masters_[b] = weights_[b].narrow(0, mine, size).clone();
+    for (size_t k : bp.params)
+      if (parts_[k].len > 0) parts_[k].value = masters_[b].narrow(0, shard_offset_[k], parts_[k].len);
   }
+}
+
+void OptimizerShards::use_bf16_working_weights() {
+  torch::NoGradGuard no_grad;
+  if (bf16_) return;
+  for (size_t b = 0; b < plan_.size(); ++b) {
+    if (!masters_[b].defined()) continue;
+    const int64_t size = masters_[b].numel();
+    masters_[b].copy_(weights_[b].narrow(0, rank_ * size, size));  // in place: AdamW holds views of it
+    weights_[b] = weights_[b].to(torch::kBFloat16);
+    for (size_t j = 0; j < plan_[b].params.size(); ++j) {
+      auto& p = params_[plan_[b].params[j]];
+      p.set_data(weights_[b].narrow(0, plan_[b].offset[j], p.numel()).view(p.sizes()));
+    }
+  }
+  bf16_ = true;
+}
+
+int64_t OptimizerShards::master_bytes() const {
+  int64_t n = 0;
+  for (const auto& m : masters_)
+    if (m.defined()) n += m.numel() * m.element_size();
+  return n;
+}
+
+model::NamedTensors OptimizerShards::master_weights(const std::vector<std::string>& names,
+                                                    const StartCollective& all_gather) const {
+  torch::NoGradGuard no_grad;
+  TORCH_CHECK(names.size() == params_.size(), "OptimizerShards::master_weights: ", names.size(), " names for ",
+              params_.size(), " parameters");
+  model::NamedTensors out;
+  if (!bf16_) return out;  // the parameters themselves are the fp32 weights
+  for (size_t b = 0; b < plan_.size(); ++b) {  // one bucket at a time, straight to the host
+    if (!masters_[b].defined()) continue;
+    auto flat = torch::empty({plan_[b].numel}, masters_[b].options());
+    all_gather(flat, masters_[b])();
+    for (size_t j = 0; j < plan_[b].params.size(); ++j) {
+      const size_t k = plan_[b].params[j];
+      out.emplace_back(names[k], flat.narrow(0, plan_[b].offset[j], params_[k].numel())
+                                     .view(params_[k].sizes())
+                                     .to(torch::kCPU, false, true));
+    }
+  }
+  return out;
 }
 
 // The parameter's values move into its slot of the bucket's weight buffer and the parameter
@@ -98,11 +152,14 @@ void OptimizerShards::gather_params(const StartCollective& all_gather) {
   // AdamW updated this rank's shard inside weights_ (the parameters are views of it); the gradient
   // shard, free until the next backward, carries it (an all-gather's input must not overlap its
   // output), and the all-gather writes every rank's shard into the parameters directly.
+  // With masters (the distributed optimizer) AdamW updated those instead, and what goes out is
+  // their rounding to the working weights' dtype, in the front half of the fp32 shard's bytes.
   std::vector<std::function<void()>> waits;
   for (size_t b = 0; b < plan_.size(); ++b) {
     const int64_t size = shards_[b].numel();
-    shards_[b].copy_(weights_[b].narrow(0, rank_ * size, size));
-    waits.push_back(all_gather(weights_[b], shards_[b]));
+    auto send = shards_[b].view(weights_[b].scalar_type()).narrow(0, 0, size);
+    send.copy_(masters_[b].defined() ? masters_[b] : weights_[b].narrow(0, rank_ * size, size));
+    waits.push_back(all_gather(weights_[b], send));
   }
   for (auto& w : waits) w();
 }

@@ -8,6 +8,17 @@
 // The parameters become views into flat weight buffers laid out as the buckets, so the all-gather
 // writes the weights in place. Gradients stay ordinary .grad tensors: the hooks copy them into
 // the gradient buckets as for data parallel (gradients as bucket views are not done).
+//
+// The distributed optimizer (Megatron-LM's, distributed.master_weights sharded) goes one step
+// further for the matmul weights: their buckets hold bf16 working weights (what the matmuls read
+// under autocast anyway), and each rank keeps the fp32 master weights of its shard only, beside
+// its moments. AdamW updates the masters; the all-gather carries their bf16 rounding (half of
+// ZeRO-1's bytes). The gradient buckets stay fp32 and accumulate the micro-batches themselves
+// (GradSync's `accumulate`), so per parameter a GPU holds 2 (bf16 weight) + 4 (fp32 bucket) bytes
+// plus (4 master + 8 moments + 4 gradient shard) / world, instead of ZeRO-1's 4 + 2 (autocast's
+// copy) + 4 (.grad) + 4 (bucket) + 12 / world. Given the same masters, the forward reads the same
+// bf16 values as autocast's casts of fp32 weights and the gradients sum in fp32 in the same order,
+// so a run is bit-identical to ZeRO-1 (checked by the ZeRO-1 test).
 #pragma once
 
 #include <torch/torch.h>
@@ -34,7 +45,10 @@ class OptimizerShards {
   // `params` as GradSync gets them (registration order). Buckets of about `bucket_bytes`. Each
   // parameter's storage moves into a flat weight buffer of its bucket (the parameter, the same
   // leaf, becomes a view of it): build this before anything keeps a parameter's old storage.
-  OptimizerShards(std::vector<torch::Tensor> params, int rank, int world, int64_t bucket_bytes);
+  // `bf16_working` (empty, or one per parameter): these parameters get fp32 masters sharded here
+  // and become bf16 at use_bf16_working_weights(); their buckets hold no other parameter.
+  OptimizerShards(std::vector<torch::Tensor> params, int rank, int world, int64_t bucket_bytes,
+                  std::vector<bool> bf16_working = {});
 
   const std::vector<BucketPlan>& plan() const { return plan_; }
   // The zeroed flat buckets ([numel]) and this rank's gradient shards ([numel / world]), for
@@ -51,6 +65,18 @@ class OptimizerShards {
   GradNorm clip_grad_norm(double max_norm, const StartSum& all_reduce_sum);
   // After AdamW updated this rank's parts: every rank's parts into every rank's parameters.
   void gather_params(const StartCollective& all_gather);
+  // The distributed optimizer's switch, once the weights are final for the start (restored,
+  // broadcast, checked): the masters take this rank's fp32 values, and the bf16_working
+  // parameters become bf16 views of bf16 buckets (the fp32 ones are freed). Before it the
+  // parameters are fp32 and train as ZeRO-1's; call it before GradSync's hooks exist (their
+  // AccumulateGrad nodes must see the bf16 parameters).
+  void use_bf16_working_weights();
+  bool bf16_working() const { return bf16_; }
+  // The fp32 master weights of the bf16_working parameters, whole, on the host, by name: what a
+  // checkpoint saves for them (its format stays fp32). Every rank must call it (collectives).
+  model::NamedTensors master_weights(const std::vector<std::string>& names, const StartCollective& all_gather) const;
+  // Bytes of the fp32 master weights this rank holds (0 without bf16_working).
+  int64_t master_bytes() const;
   // AdamW's state with each parameter's whole moments (every rank's parts gathered, on the host):
   // the format of a data-parallel checkpoint. Every rank must call it (collectives).
   // `names`: the parameters' names, in `params`' order (AdamW's keys are "<name>.exp_avg", ...).
@@ -71,6 +97,8 @@ class OptimizerShards {
 
   std::vector<torch::Tensor> flats_, shards_;
   std::vector<torch::Tensor> weights_;  // per bucket [numel]: the parameters are views into it
+  std::vector<torch::Tensor> masters_;  // per bucket [numel / world] fp32 for a bf16_working bucket, else undefined
+  bool bf16_ = false;                   // use_bf16_working_weights ran
   std::vector<ParamPart> parts_;
   std::vector<size_t> bucket_of_;        // parameter -> bucket
   std::vector<int64_t> shard_offset_;    // parameter -> where its part lies in the bucket's shard

@@ -254,8 +254,11 @@ absl::Status Trainer::build_model() {
   for (const auto& p : model_->named_parameters()) params_.emplace_back(p.key(), p.value());
   for (auto& [n, p] : params_) plist_.push_back(p);
   if (req_.comm != nullptr && tc_.distributed.zero == 1) {
-    // ZeRO-1: this rank's AdamW holds its shard of every bucket (train/optimizer_shards.h).
-    zero_ = std::make_unique<OptimizerShards>(plist_, req_.comm->rank(), req_.comm->world(), bucket_bytes());
+    // ZeRO-1: this rank's AdamW holds its shard of every bucket (train/optimizer_shards.h); with
+    // sharded master weights, of the matmul weights' fp32 masters too.
+    LM_ASSIGN_OR_RETURN(std::vector<bool> bf16_working, sharded_master_params());
+    zero_ = std::make_unique<OptimizerShards>(plist_, req_.comm->rank(), req_.comm->world(), bucket_bytes(),
+                                              std::move(bf16_working));
     optim_ = std::make_unique<AdamW>(params_, tc_, &zero_->parts());
   } else {
     optim_ = std::make_unique<AdamW>(params_, tc_);
@@ -267,6 +270,19 @@ absl::Status Trainer::build_model() {
     req_.comm->broadcast(state);
   }
   return absl::OkStatus();
+}
+
+// distributed.master_weights sharded: which parameters train as bf16 working weights (every 2-D
+// weight but the token embedding, which a lookup reads; a tied head stays with it), or none.
+absl::StatusOr<std::vector<bool>> Trainer::sharded_master_params() const {
+  if (tc_.distributed.master_weights != "sharded") return std::vector<bool>{};
+  if (!bf16_)
+    return absl::FailedPreconditionError(
+        "train.distributed.master_weights: sharded trains bf16 working weights, but this run trains in fp32 "
+        "(hardware.dtype resolved to fp32); set --dtype bf16 or --master-weights whole");
+  std::vector<bool> out;
+  for (const auto& [name, p] : params_) out.push_back(p.dim() == 2 && name.find("embed_tokens") == std::string::npos);
+  return out;
 }
 
 absl::Status Trainer::restore_or_start() {
@@ -434,14 +450,22 @@ void Trainer::start_grad_sync() {
   Comm* comm = req_.comm;
   if (comm == nullptr) return;
   if (zero_) {
+    // The distributed optimizer's weights turn bf16 here: after the restore, the broadcast and the
+    // start-up checks (which run on the fp32 weights), before the hooks take their AccumulateGrad nodes.
+    const bool sharded_master = tc_.distributed.master_weights == "sharded";
+    if (sharded_master) zero_->use_bf16_working_weights();
     grad_sync_ = std::make_unique<GradSync>(
         plist_, comm->world(), zero_->plan(), zero_->flats(), zero_->shards(),
-        [comm](torch::Tensor out, torch::Tensor in) { return comm->start_reduce_scatter(std::move(out), std::move(in)); });
+        [comm](torch::Tensor out, torch::Tensor in) { return comm->start_reduce_scatter(std::move(out), std::move(in)); },
+        /*accumulate=*/sharded_master);
     if (main_rank_)
       log_info("data parallel: %d ranks, %s, ZeRO-1: gradient reduce-scatter overlapped with backward (%d buckets of "
-               "<= %.0f MiB), AdamW on this rank's shard (%.1f MiB of moments), weights all-gathered",
+               "<= %.0f MiB), AdamW on this rank's shard (%.1f MiB of moments%s), weights all-gathered%s",
                comm->world(), comm->backend(), grad_sync_->stats().buckets, tc_.distributed.bucket_mb,
-               optim_->moment_bytes() / double(1 << 20));
+               optim_->moment_bytes() / double(1 << 20),
+               sharded_master ? absl::StrFormat(", %.1f MiB of fp32 master weights", zero_->master_bytes() / double(1 << 20)) : "",
+               sharded_master ? " in bf16 (the matmul weights train as bf16 working copies; gradients accumulate in the "
+                                "fp32 buckets)" : "");
     return;
   }
   grad_sync_ = std::make_unique<GradSync>(
@@ -611,6 +635,7 @@ Trainer::DeviceStep Trainer::device_step(const std::function<torch::Tensor(int64
                                          FaultInjector::Site fault, StepResult& r) {
   lap(nullptr);  // the split's clock starts here (when the step is timed phase by phase)
   optim_->zero_grad();
+  if (grad_sync_) grad_sync_->begin_step();
   torch::Tensor loss = accumulate_gradients(fault, window);  // float64 scalar on the device
   if (abandoned_) return {};                                  // a stop between micro-batches
   if (grad_sync_) r.comm_wait_s = sync_gradients(loss);
@@ -655,6 +680,17 @@ model::NamedTensors Trainer::optimizer_state() const {
   for (const auto& [n, p] : params_) names.push_back(n);
   Comm* comm = req_.comm;
   return zero_->full_state(names, optim_->state(), [comm](torch::Tensor out, torch::Tensor in) {
+    return comm->start_all_gather(std::move(out), std::move(in));
+  });
+}
+
+// The distributed optimizer's fp32 master weights, whole, for a checkpoint (every rank calls it:
+// an all-gather per bucket); empty otherwise (the parameters are the fp32 weights).
+model::NamedTensors Trainer::master_weights() const {
+  std::vector<std::string> names;
+  for (const auto& [n, p] : params_) names.push_back(n);
+  Comm* comm = req_.comm;
+  return zero_->master_weights(names, [comm](torch::Tensor out, torch::Tensor in) {
     return comm->start_all_gather(std::move(out), std::move(in));
   });
 }
@@ -981,6 +1017,9 @@ void Trainer::write_samples() {
   if (!main_rank_ || tc_.eval.sample_tokens <= 0 || !req_.codec.usable()) return;
   if (sample_prompts_.empty()) sample_prompts_ = make_sample_prompts(tc_.eval.sample_prompts, val_, req_.codec);
   if (sample_prompts_.empty()) return;
+  // fp32 as the weights are, or bf16 under autocast where the matmul weights are bf16 working
+  // copies (the distributed optimizer): a bf16 weight does not multiply an fp32 input.
+  AutocastGuard ac(device_, zero_ && zero_->bf16_working());
   const Json row = generate_samples(model_, sample_prompts_, tc_.eval.sample_tokens, req_.codec, step_, tokens_);
   // Not training time: the next line's tokens/s and MFU (and the throughput sentinel) leave it out.
   t_log_ += std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(row["seconds"].get<double>()));
@@ -1057,12 +1096,13 @@ absl::Status Trainer::checkpoint(bool wait) {
   const auto t0 = Clock::now();
   // ZeRO-1 gathers the moments on every rank (a collective); otherwise only rank 0 reads its own
   // (the per-group step counts it reads are a host sync on a GPU).
-  model::NamedTensors optimizer;
+  model::NamedTensors optimizer, masters;
   if (zero_ || main_rank_) optimizer = optimizer_state();
+  if (zero_) masters = master_weights();
   if (!main_rank_) return absl::OkStatus();
   metrics_.flush();
   if (!writer_) writer_ = std::make_unique<CheckpointWriter>(req_.run_dir, tc_.checkpoint.keep_last);
-  LM_RETURN_IF_ERROR(writer_->start(snapshot_checkpoint(step_, model_, optimizer, trainer_state())));
+  LM_RETURN_IF_ERROR(writer_->start(snapshot_checkpoint(step_, model_, optimizer, trainer_state(), masters)));
   const double snap_s = since(t0);
   sum_.checkpoint = RunFolder(req_.run_dir).checkpoint(step_);
   if (!wait) return absl::OkStatus();  // the snapshot (snap_s) is all the step pays
@@ -1185,6 +1225,8 @@ FitSummary Trainer::finish() const {
   FitSummary sum = sum_;
   sum.steps = step_;
   sum.optimizer_bytes = optim_->moment_bytes();
+  sum.master_bytes = zero_ ? zero_->master_bytes() : 0;
+  for (const auto& p : plist_) sum.weight_bytes += p.numel() * p.element_size();
   sum.tokens = tokens_;
   sum.seconds = since(t_start_);
   sum.tokens_per_s =

@@ -101,6 +101,8 @@ struct FitSummary {
   int64_t buckets_synced = 0;        // gradient buckets all-reduced, summed over steps (data parallel)
   int64_t buckets_in_backward = 0;   // of which started from autograd hooks during backward (overlap)
   int64_t optimizer_bytes = 0;       // AdamW's moments this rank holds (ZeRO-1: about 1/world of them)
+  int64_t master_bytes = 0;          // fp32 master weights this rank holds (distributed optimizer: ~1/world)
+  int64_t weight_bytes = 0;          // the parameters' bytes (bf16 working weights: 2 a parameter)
   std::string summary() const;
   std::string mfu_text() const;  // "MFU 45.1% (median of 12 intervals; mfu_measured_peak 56.4%)"
 };
@@ -179,6 +181,8 @@ class Trainer {
   int64_t bucket_bytes() const { return static_cast<int64_t>(tc_.distributed.bucket_mb * (1 << 20)); }
   void apply_update(const StepResult& r, const torch::Tensor& found_inf);
   model::NamedTensors optimizer_state() const;
+  model::NamedTensors master_weights() const;
+  absl::StatusOr<std::vector<bool>> sharded_master_params() const;
   torch::Tensor take_window(bool more);
   torch::Tensor fetch_window();
   Json data_cursor() const;

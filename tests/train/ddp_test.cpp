@@ -538,3 +538,71 @@ TEST(ZeroOne, ThreeRanksMatchDataParallel) {
   EXPECT_EQ(sum, whole);
   std::printf("3 ranks: ZeRO-1 vs data parallel after 6 steps: max |dw| = %.3g\n", worst);
 }
+
+namespace {
+// "moments masters weights" bytes a rank wrote (LM_DDP_OPT_BYTES).
+std::vector<int64_t> read_ints(const std::string& path) {
+  std::ifstream in(path);
+  std::vector<int64_t> v;
+  for (int64_t x; in >> x;) v.push_back(x);
+  return v;
+}
+}  // namespace
+
+// The distributed optimizer (distributed.master_weights sharded) on 2 ranks, bf16, 2 micro-batches
+// a step: the matmul weights train as bf16 working copies, their fp32 masters sharded beside the
+// moments, the micro-batches' gradients summed in the fp32 buckets. The forward reads the same bf16
+// values autocast casts from ZeRO-1's fp32 weights and the gradients sum in the same order, so the
+// run is ZeRO-1's bit for bit: losses, the checkpoint's fp32 weights (the gathered masters) and
+// moments. Each rank holds half of the masters, and the weights take 2 bytes a matmul parameter.
+// A stop at step 3 resumes exactly (the masters come back from the fp32 checkpoint).
+TEST(ZeroOne, ShardedMasterWeightsEqualZeroOneBitForBitAndResumeExactly) {
+  auto zero = tmp("dm-zero"), dist = tmp("dm-dist"), part = tmp("dm-part");
+  const std::string common = "LM_DDP_ZERO=1 LM_DDP_CLIP=0 LM_DDP_ACCUM=2 LM_DDP_DTYPE=bf16 LM_DDP_BUCKET_MB=0.05 ";
+  const std::string sharded = common + "LM_DDP_MASTER=sharded ";
+  ASSERT_EQ(run(2, zero, 6, -1, false, zero.string() + ".losses", common + "LM_DDP_OPT_BYTES=" + zero.string() + ".bytes"), 0);
+  ASSERT_EQ(run(2, dist, 6, -1, false, dist.string() + ".losses", sharded + "LM_DDP_OPT_BYTES=" + dist.string() + ".bytes"), 0);
+  auto lz = read_losses(zero.string() + ".losses"), ld = read_losses(dist.string() + ".losses");
+  ASSERT_EQ(lz.size(), 6u);
+  ASSERT_EQ(ld.size(), 6u);
+  for (size_t i = 0; i < lz.size(); ++i) EXPECT_EQ(ld[i], lz[i]) << "step " << i + 1;
+  expect_same_checkpoint(zero, dist, "model.safetensors");
+  expect_same_checkpoint(zero, dist, "optimizer.safetensors");
+  // Bytes: [moments, masters, weights] per rank.
+  const auto z0 = read_ints(zero.string() + ".bytes.0"), d0 = read_ints(dist.string() + ".bytes.0"),
+             d1 = read_ints(dist.string() + ".bytes.1");
+  ASSERT_EQ(z0.size(), 3u);
+  ASSERT_EQ(d0.size(), 3u);
+  ASSERT_EQ(d1.size(), 3u);
+  EXPECT_EQ(z0[1], 0) << "ZeRO-1 keeps no masters: its weights are fp32";
+  EXPECT_EQ(d0[0], z0[0]) << "the moments are ZeRO-1's";
+  const int64_t matmul = (z0[2] - d0[2]) / 2;  // parameters now in bf16: 4 bytes became 2
+  EXPECT_GT(matmul, z0[2] / 4 / 2) << "most of the tiny model's parameters are matmul weights";
+  EXPECT_EQ(d1[2], d0[2]);
+  // The two ranks' masters cover the bf16 buckets (padded to 64 x 2 elements) once: 4 bytes each.
+  EXPECT_NEAR(static_cast<double>(d0[1] + d1[1]) / (4.0 * matmul), 1.0, 0.02);
+  EXPECT_NEAR(static_cast<double>(d0[1]) / (d0[1] + d1[1]), 0.5, 0.02);
+  std::printf("distributed optimizer, 2 ranks: weights %lld B (ZeRO-1 %lld), fp32 masters %lld + %lld B\n",
+              static_cast<long long>(d0[2]), static_cast<long long>(z0[2]), static_cast<long long>(d0[1]),
+              static_cast<long long>(d1[1]));
+  ASSERT_EQ(run(2, part, 6, 3, false, part.string() + ".a", sharded), 0);
+  ASSERT_EQ(run(2, part, 6, -1, true, part.string() + ".b", sharded), 0);
+  auto a = read_losses(part.string() + ".a"), b = read_losses(part.string() + ".b");
+  a.insert(a.end(), b.begin(), b.end());
+  ASSERT_EQ(a.size(), ld.size());
+  for (size_t i = 0; i < ld.size(); ++i) EXPECT_EQ(a[i], ld[i]) << "step " << i + 1;
+  expect_same_checkpoint(dist, part, "model.safetensors");
+  expect_same_checkpoint(dist, part, "optimizer.safetensors");
+}
+
+// Refused before anything is written, naming the field: sharded masters without ZeRO-1, and in fp32.
+TEST(ZeroOne, ShardedMasterWeightsNeedZeroOneAndBf16) {
+  auto dir = tmp("dm-refused");
+  const std::string log = dir.string() + ".log";
+  EXPECT_NE(run(2, dir, 2, -1, false, dir.string() + ".l", "LM_DDP_MASTER=sharded LM_DDP_DTYPE=bf16", 0, log), 0);
+  EXPECT_NE(run(2, dir, 2, -1, false, dir.string() + ".l", "LM_DDP_MASTER=sharded LM_DDP_ZERO=1", 0, log), 0);
+  std::ifstream in(log);
+  const std::string said((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  EXPECT_NE(said.find("distributed.master_weights: sharded shards the master weights"), std::string::npos) << said;
+  EXPECT_NE(said.find("it needs hardware.dtype bf16"), std::string::npos) << said;
+}

@@ -9,7 +9,9 @@
 // (each rank writes its AdamW moment bytes to PREFIX.RANK), LM_DDP_PRESET (default tiny) and
 // LM_DDP_SEQ (default 32): a larger model for timing; LM_DDP_GLOBAL_BATCH (instead of GLOBAL_BATCH),
 // LM_DDP_SIGTERM_AT=N (rank 1 gets a stop request, as SIGTERM's handler makes, when it fetches its
-// N-th window; it writes how many windows it fetched after that to RUN_DIR/rank1.after).
+// N-th window; it writes how many windows it fetched after that to RUN_DIR/rank1.after),
+// LM_DDP_DTYPE (train.hardware.dtype, default auto: fp32 on the CPU), LM_DDP_MASTER
+// (train.distributed.master_weights: sharded is the distributed optimizer).
 #include <csignal>
 #include <cstdio>
 #include <cstdlib>
@@ -74,6 +76,8 @@ int main(int argc, char** argv) {
   r.train.distributed.overlap = std::atoi(env_or("LM_DDP_OVERLAP", "1")) != 0;
   r.train.distributed.bucket_mb = std::atof(env_or("LM_DDP_BUCKET_MB", "25"));
   r.train.distributed.zero = std::atoi(env_or("LM_DDP_ZERO", "0"));
+  r.train.distributed.master_weights = env_or("LM_DDP_MASTER", "whole");
+  r.train.hardware.dtype = env_or("LM_DDP_DTYPE", "auto");
   if (const char* clip = std::getenv("LM_DDP_CLIP"); clip != nullptr) r.train.optimizer.grad_clip = std::atof(clip);
   r.train.hardware.device = device;
   r.train.batch.seq_len = std::atoi(env_or("LM_DDP_SEQ", "32"));
@@ -103,7 +107,7 @@ int main(int argc, char** argv) {
   }
   if (const char* bytes = std::getenv("LM_DDP_OPT_BYTES"); bytes != nullptr) {
     std::ofstream out(std::string(bytes) + "." + std::to_string(env->rank));
-    out << sum->optimizer_bytes << "\n";
+    out << sum->optimizer_bytes << " " << sum->master_bytes << " " << sum->weight_bytes << "\n";
   }
   if (const char* stats = std::getenv("LM_DDP_STATS"); stats != nullptr && env->rank == 0) {
     std::ofstream out(stats);
