@@ -77,8 +77,8 @@ absl::Status run_plan(const PlanOptions& o) {
   std::string strategies;
   train::Plan plan;
   req.recompute = o.recompute == "on";
-  req.zero = o.zero == "1";
   req.sharded_master = o.master_weights == "sharded";
+  req.zero = o.zero == "1" || (o.zero == "auto" && req.sharded_master);  // sharded masters imply ZeRO-1
   if (o.recompute == "auto" || o.zero == "auto" || o.master_weights == "auto") {
     LM_ASSIGN_OR_RETURN(plan, train::make_cheapest_plan(req, &strategies, o.recompute == "auto", o.zero == "auto",
                                                         o.master_weights == "auto"));
