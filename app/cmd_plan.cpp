@@ -24,6 +24,7 @@ struct PlanOptions {
   int gpus_per_node = 8;
   std::string recompute = "auto";
   std::string zero = "auto";
+  std::string master_weights = "auto";
   std::string sbatch;
   int64_t seq = 0;
   int64_t micro_batch = 0;
@@ -76,9 +77,11 @@ absl::Status run_plan(const PlanOptions& o) {
   std::string strategies;
   train::Plan plan;
   req.recompute = o.recompute == "on";
-  req.zero = o.zero == "1";
-  if (o.recompute == "auto" || o.zero == "auto") {
-    LM_ASSIGN_OR_RETURN(plan, train::make_cheapest_plan(req, &strategies, o.recompute == "auto", o.zero == "auto"));
+  req.sharded_master = o.master_weights == "sharded";
+  req.zero = o.zero == "1" || (o.zero == "auto" && req.sharded_master);  // sharded masters imply ZeRO-1
+  if (o.recompute == "auto" || o.zero == "auto" || o.master_weights == "auto") {
+    LM_ASSIGN_OR_RETURN(plan, train::make_cheapest_plan(req, &strategies, o.recompute == "auto", o.zero == "auto",
+                                                        o.master_weights == "auto"));
   } else {
     LM_ASSIGN_OR_RETURN(plan, train::make_plan(req));
   }
@@ -132,6 +135,12 @@ void add_plan(CLI::App& app, Registry& reg) {
                   "fit), 0 or 1; e.g. lmtrain plan --preset 1b --gpus 8 --zero 1")
       ->check(CLI::IsMember({"auto", "0", "1"}))
       ->capture_default_str();
+  sub->add_option("--master-weights", o.master_weights,
+                  "the distributed optimizer (fit --zero 1 --master-weights sharded): bf16 working weights, the fp32 "
+                  "masters sharded like the moments; auto (only where ZeRO-1 does not reach a useful micro-batch), "
+                  "whole or sharded (needs --zero 1 and --gpus > 1)")
+      ->check(CLI::IsMember({"auto", "whole", "sharded"}))
+      ->capture_default_str();
   sub->add_option("--seq-len,--seq", o.seq, "sequence length (default: the preset's training sequence, docs/gpu.md)");
   sub->add_option("--micro-batch", o.micro_batch,
                   "micro-batch per GPU (default: the preset's when it fits, else the largest that fits)");
@@ -147,6 +156,9 @@ void add_plan(CLI::App& app, Registry& reg) {
       "  lmtrain plan --preset 400m --tokens 2e9 --gpu h100 --mfu 0.4 --price-per-hour 3\n"
       "  lmtrain plan --preset 400m --tokens 2e9 --gpu h100 --hours 54.6 --price 3   # the reference report's run\n"
       "  lmtrain plan --preset 1b --tokens 20e9 --gpu h100 --gpus 8\n"
+      "  lmtrain plan --preset 1b --config docs/models/llama-7b.json --gpus 8 --seq 2048   # 7B: the distributed "
+      "optimizer + recompute\n"
+      "  lmtrain plan --preset 1b --gpus 8 --zero 1 --master-weights sharded --recompute off   # one strategy, as asked\n"
       "  lmtrain plan --preset 1b --gpus 32 --sbatch lmforge.sbatch   # 4 nodes: torchrun --nnodes 4, a Slurm file\n"
       "  lmtrain plan --preset 400m --config my-model.json   # {\"model\": {\"n_layers\": 32}}, as fit --config\n"
       "  lmtrain plan --preset 400m --gpu h100-pcie --micro-batch 64   # says whether it fits, and what does\n"

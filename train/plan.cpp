@@ -115,6 +115,7 @@ void set_batch_and_fit_args(const PlanRequest& req, const model::PresetTraining&
   if (p.micro_batch != d.micro_batch) a.insert(a.end(), {"--micro-batch", std::to_string(p.micro_batch)});
   if (req.recompute) a.insert(a.end(), {"--recompute", "on"});
   if (req.zero && req.n_gpus > 1) a.insert(a.end(), {"--zero", "1"});
+  if (req.zero && req.sharded_master && req.n_gpus > 1) a.insert(a.end(), {"--master-weights", "sharded"});
   // Without a preset batch (grad_accum 1), or when it does not divide: the accumulation itself.
   if (!exact || (d.batch_tokens == 0 && p.grad_accum != 1))
     a.insert(a.end(), {"--grad-accum", std::to_string(p.grad_accum)});
@@ -184,6 +185,44 @@ int stop_timeout_s(const Plan& p) {
 }
 
 namespace {
+
+// The distributed optimizer's bf16 parameters: every parameter but the embedding (with a tied
+// head, the one matrix stays fp32 and autocast casts it) and the RMSNorm gains (2 per block and
+// the final one, d_model each).
+int64_t bf16_param_count(const model::ModelConfig& c) {
+  const int64_t tied = c.tie_embeddings ? c.vocab_size * c.d_model : 0;
+  return model::matmul_param_count(c) - tied - (2 * c.n_layers + 1) * c.d_model;
+}
+
+// The terms that do not grow with the micro-batch (MemoryEstimate's comment).
+MemoryEstimate fixed_memory(const PlanRequest& req, const Plan& p) {
+  const double n = static_cast<double>(p.params), w = req.n_gpus;
+  MemoryEstimate m;
+  m.weights = 4 * n;    // fp32 master weights
+  m.grads = 4 * n;      // fp32 gradients
+  m.optimizer = 8 * n;  // AdamW exp_avg + exp_avg_sq, fp32
+  m.weight_copies = 2 * static_cast<double>(p.matmul_params);  // bf16, cached by autocast
+  if (req.n_gpus > 1) m.grad_buckets = 4 * n;                 // train/grad_sync.cpp: Bucket::flat
+  if (req.zero && req.n_gpus > 1) {
+    // ZeRO-1 (train/optimizer_shards.h): this GPU's part of the moments, and its gradient shard
+    // (the reduce-scatter's output) beside the flat buckets; padding (64 elements per tensor) is noise.
+    m.optimizer = 8 * n / w;
+    m.grad_buckets += 4 * n / w;
+  }
+  if (req.zero && req.sharded_master && req.n_gpus > 1) {
+    // The distributed optimizer: bf16 working weights for the matmuls (M), fp32 for the rest (O);
+    // no .grad tensors (the hook adds each micro-batch's gradient into the fp32 bucket); autocast
+    // casts only matmul weights that stay fp32 (a tied head); this GPU's fp32 masters of its 1/W of M.
+    const double mm = static_cast<double>(p.bf16_params), o = n - mm;
+    const double tied = req.model.tie_embeddings ? static_cast<double>(req.model.vocab_size * req.model.d_model) : 0;
+    m.weights = 2 * mm + 4 * o;
+    m.grads = 0;
+    m.weight_copies = 2 * tied;
+    m.master_weights = 4 * mm / w;
+  }
+  return m;
+}
+
 // What a micro-batch adds on top of the fixed terms.
 double micro_batch_bytes(const PlanRequest& req, int64_t batch, int64_t seq_len) {
   return activation_bytes(req.model, batch, seq_len, req.recompute) +
@@ -203,6 +242,10 @@ absl::StatusOr<Plan> make_plan(const PlanRequest& req) {
     return absl::InvalidArgumentError(absl::StrFormat(
         "--gpus %d over nodes of %d GPUs leaves a node part-used: give a multiple of --gpus-per-node", req.n_gpus,
         req.gpus_per_node));
+  if (req.sharded_master && (!req.zero || req.n_gpus < 2))
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "--master-weights sharded: the distributed optimizer shards over ZeRO-1's GPUs: give --zero 1 and --gpus > 1 "
+        "(got --zero %d, --gpus %d)", req.zero ? 1 : 0, req.n_gpus));
   Plan p;
   const GpuSpec* g = gpu_by_name(req.gpu);
   if (g == nullptr && (req.peak_flops <= 0 || req.memory_bytes <= 0)) {
@@ -221,19 +264,8 @@ absl::StatusOr<Plan> make_plan(const PlanRequest& req) {
   p.flops_per_token = model::train_flops_per_token(req.model, p.seq_len);
   p.total_flops = p.flops_per_token * req.tokens;
 
-  const double n = static_cast<double>(p.params);
-  MemoryEstimate fixed;
-  fixed.weights = 4 * n;    // fp32 master weights
-  fixed.grads = 4 * n;      // fp32 gradients
-  fixed.optimizer = 8 * n;  // AdamW exp_avg + exp_avg_sq, fp32
-  fixed.weight_copies = 2 * static_cast<double>(p.matmul_params);  // bf16, cached by autocast
-  if (req.n_gpus > 1) fixed.grad_buckets = 4 * n;                 // train/grad_sync.cpp: Bucket::flat
-  if (req.zero && req.n_gpus > 1) {
-    // ZeRO-1 (train/optimizer_shards.h): this GPU's part of the moments, and its gradient shard
-    // (the reduce-scatter's output) beside the flat buckets; padding (64 elements per tensor) is noise.
-    fixed.optimizer = 8 * n / req.n_gpus;
-    fixed.grad_buckets += 4 * n / req.n_gpus;
-  }
+  p.bf16_params = bf16_param_count(req.model);
+  const MemoryEstimate fixed = fixed_memory(req, p);
   const double budget = kUsableMemory * p.memory_per_gpu - fixed.fixed();
   for (int64_t t = 1; t <= 4096; t *= 2) {
     if (micro_batch_bytes(req, t, p.seq_len) <= budget) p.max_micro_batch = t;
@@ -263,11 +295,18 @@ namespace {
 // Whether the micro-batch fits, and what does when it does not: recompute or ZeRO-1 where they
 // are off, then a smaller micro-batch, a shorter sequence, a smaller model or a larger GPU.
 std::string fit_line(const Plan& p, const PlanRequest& req) {
-  if (p.max_micro_batch == 0)
-    return absl::StrFormat("  DOES NOT FIT even at micro-batch 1 (%s%s; lmforge shards only AdamW's moments, not "
-                           "weights or gradients): use a shorter --seq, a smaller model or a GPU with more memory\n",
+  if (p.max_micro_batch == 0) {
+    std::string sharding;  // what of the sharding lmforge has is off
+    if (req.n_gpus > 1 && !req.zero) sharding = ", without ZeRO-1: --zero 1";
+    if (req.n_gpus > 1 && req.zero && !req.sharded_master)
+      sharding = ", with ZeRO-1 but whole fp32 weights: --master-weights sharded";
+    if (req.n_gpus > 1 && req.zero && req.sharded_master) sharding = ", with the distributed optimizer";
+    return absl::StrFormat("  DOES NOT FIT even at micro-batch 1 (%s%s; lmforge shards AdamW's moments and, with "
+                           "--master-weights sharded, the fp32 master weights, not the working weights or gradients): "
+                           "use more GPUs, a shorter --seq, a smaller model or a GPU with more memory\n",
                            req.recompute ? "with activation recompute" : "without activation recompute: --recompute on",
-                           req.n_gpus < 2 ? "" : req.zero ? ", with ZeRO-1" : ", without ZeRO-1: --zero 1");
+                           sharding);
+  }
   if (!p.fits)
     return absl::StrFormat("  micro-batch %d DOES NOT FIT; the largest power of two that fits is %d (--micro-batch %d)\n",
                            p.micro_batch, p.max_micro_batch, p.max_micro_batch);
@@ -278,22 +317,37 @@ std::string fit_line(const Plan& p, const PlanRequest& req) {
 
 namespace {
 struct Strategy {
-  bool recompute, zero;
+  bool recompute, zero, sharded;
   const char* name;
   const char* cost;
 };
 // In order of cost: ZeRO-1 adds no FLOPs (the reduce-scatter and all-gather move the all-reduce's
-// bytes, plus a copy of 1/G of the weights per step); recompute adds a forward per block.
+// bytes, plus a copy of 1/G of the weights per step); the distributed optimizer neither (its
+// all-gather carries bf16 weights, half ZeRO-1's bytes); recompute adds a forward per block.
 constexpr Strategy kStrategies[] = {
-    {false, false, "data parallel", "no extra cost"},
-    {false, true, "+ ZeRO-1", "AdamW's moments split over the GPUs; no extra FLOPs, the all-reduce's bytes on the wire (--zero 1)"},
-    {true, false, "+ recompute per block", "one more forward per block: ~1.33x step time (--recompute on)"},
-    {true, true, "+ ZeRO-1 + recompute", "both: ~1.33x step time (--zero 1 --recompute on)"},
+    {false, false, false, "data parallel", "no extra cost"},
+    {false, true, false, "+ ZeRO-1",
+     "AdamW's moments split over the GPUs; no extra FLOPs, the all-reduce's bytes on the wire (--zero 1)"},
+    {false, true, true, "+ ZeRO-1 + sharded master",
+     "the distributed optimizer: bf16 working weights, fp32 masters and moments split over the GPUs; no extra "
+     "FLOPs, its all-gather carries bf16 weights, half ZeRO-1's bytes (--zero 1 --master-weights sharded)"},
+    {true, false, false, "+ recompute per block", "one more forward per block: ~1.33x step time (--recompute on)"},
+    {true, true, false, "+ ZeRO-1 + recompute", "both: ~1.33x step time (--zero 1 --recompute on)"},
+    {true, true, true, "+ ZeRO-1 + sharded master + recompute",
+     "the distributed optimizer and recompute: ~1.33x step time (--zero 1 --master-weights sharded --recompute on)"},
 };
+
+// Whether `st` is one make_cheapest_plan may try for `req`: the sharding strategies need more
+// than one GPU, and a knob not left to it keeps req's value.
+bool may_try(const Strategy& st, const PlanRequest& req, bool choose_recompute, bool choose_zero, bool choose_master) {
+  if (st.zero && req.n_gpus < 2) return false;  // one GPU has nothing to shard over
+  return (choose_recompute || st.recompute == req.recompute) && (choose_zero || st.zero == req.zero) &&
+         (choose_master || st.sharded == req.sharded_master);
+}
 }  // namespace
 
 absl::StatusOr<Plan> make_cheapest_plan(PlanRequest& req, std::string* strategies, bool choose_recompute,
-                                        bool choose_zero) {
+                                        bool choose_zero, bool choose_master) {
   // A strategy is worth its cost only while the cheaper ones cannot reach the micro-batch asked
   // for (or the preset's), or at least kUsefulMicroBatch sequences, which keep a GPU busy; the
   // rest of the global batch comes from accumulation.
@@ -303,13 +357,13 @@ absl::StatusOr<Plan> make_cheapest_plan(PlanRequest& req, std::string* strategie
   const Strategy* chosen = nullptr;
   Plan best;
   for (const Strategy& st : kStrategies) {
-    if (st.zero && req.n_gpus < 2) continue;  // one GPU has nothing to shard over
-    if ((!choose_recompute && st.recompute != req.recompute) || (!choose_zero && st.zero != req.zero)) continue;
+    if (!may_try(st, req, choose_recompute, choose_zero, choose_master)) continue;
     PlanRequest r = req;
     r.recompute = st.recompute;
     r.zero = st.zero;
+    r.sharded_master = st.sharded;
     LM_ASSIGN_OR_RETURN(Plan p, make_plan(r));
-    rows += absl::StrFormat("  %-22s largest micro-batch %s; %.2f GB at micro-batch %d; %s\n", st.name,
+    rows += absl::StrFormat("  %-38s largest micro-batch %s; %.2f GB at micro-batch %d; %s\n", st.name,
                             p.max_micro_batch == 0 ? std::string("none fits") : std::to_string(p.max_micro_batch),
                             p.memory.total() / 1e9, p.micro_batch, st.cost);
     const bool enough = chosen != nullptr && best.max_micro_batch >= useful;
@@ -318,18 +372,50 @@ absl::StatusOr<Plan> make_cheapest_plan(PlanRequest& req, std::string* strategie
       best = p;
     }
   }
-  if (chosen == nullptr) {  // both fixed, ZeRO-1 asked on one GPU: the plan as asked
+  if (chosen == nullptr) {  // all fixed, or a sharding asked on one GPU: the plan as asked (or its error)
     strategies->clear();
     return make_plan(req);
   }
   req.recompute = chosen->recompute;
   req.zero = chosen->zero;
-  std::string name = "data parallel";
-  if (chosen->zero) name += " + ZeRO-1";
-  if (chosen->recompute) name += " + recompute";
-  *strategies = absl::StrFormat("strategies (chosen: %s):\n", name) + rows;
+  req.sharded_master = chosen->sharded;
+  *strategies = absl::StrFormat("strategies (chosen: %s):\n", strategy_name(req)) + rows;
   return best;
 }
+
+std::string strategy_name(const PlanRequest& req) {
+  std::string name = "data parallel";
+  if (req.zero && req.n_gpus > 1) name += " + ZeRO-1";
+  if (req.zero && req.sharded_master && req.n_gpus > 1) name += " + sharded master";
+  if (req.recompute) name += " + recompute";
+  return name;
+}
+
+namespace {
+// The fixed terms per GPU, each named as it is kept.
+std::string memory_line(const Plan& p, const PlanRequest& req) {
+  auto gb = [](double b) { return absl::StrFormat("%.2f GB", b / 1e9); };
+  const bool sharded = req.zero && req.sharded_master && req.n_gpus > 1;
+  std::string s = absl::StrFormat("memory per GPU at micro-batch %d × %d (bf16 autocast, %s, %s attention):\n",
+                                  p.micro_batch, p.seq_len,
+                                  sharded ? "bf16 working weights, fp32 masters sharded" : "fp32 master weights",
+                                  req.model.attention);
+  if (sharded) {
+    s += absl::StrFormat("  weights %s (bf16 %.1fM in matmuls, fp32 the other %.1fM) + grads 0 (added into the "
+                         "buckets) + AdamW %s (1/%d of the moments) + fp32 master weights %s, 1/%d sharded",
+                         gb(p.memory.weights), p.bf16_params / 1e6, (p.params - p.bf16_params) / 1e6,
+                         gb(p.memory.optimizer), req.n_gpus, gb(p.memory.master_weights), req.n_gpus);
+  } else {
+    s += absl::StrFormat("  weights %s + grads %s + AdamW %s%s", gb(p.memory.weights), gb(p.memory.grads),
+                         gb(p.memory.optimizer),
+                         req.zero && req.n_gpus > 1 ? absl::StrFormat(" (ZeRO-1: 1/%d of the moments)", req.n_gpus) : "");
+  }
+  s += absl::StrFormat(" + bf16 weight copies %s%s = %s\n", gb(p.memory.weight_copies),
+                       p.memory.grad_buckets > 0 ? " + gradient buckets " + gb(p.memory.grad_buckets) : "",
+                       gb(p.memory.fixed()));
+  return s;
+}
+}  // namespace
 
 std::string format_plan(const Plan& p, const PlanRequest& req) {
   auto gb = [](double b) { return absl::StrFormat("%.2f GB", b / 1e9); };
@@ -342,14 +428,7 @@ std::string format_plan(const Plan& p, const PlanRequest& req) {
                        p.flops_per_token, p.seq_len, req.tokens, p.total_flops);
   s += absl::StrFormat("device: %d × %s, %.0f TFLOP/s dense bf16, %.0f GB each\n", req.n_gpus, p.gpu_name,
                        p.peak_flops / 1e12, p.memory_per_gpu / 1e9);
-  s += absl::StrFormat("memory per GPU at micro-batch %d × %d (bf16 autocast, fp32 master weights, %s attention):\n",
-                       p.micro_batch, p.seq_len, req.model.attention);
-  s += absl::StrFormat("  weights %s + grads %s + AdamW %s%s + bf16 weight copies %s%s = %s\n", gb(p.memory.weights),
-                       gb(p.memory.grads), gb(p.memory.optimizer),
-                       req.zero && req.n_gpus > 1 ? absl::StrFormat(" (ZeRO-1: 1/%d of the moments)", req.n_gpus) : "",
-                       gb(p.memory.weight_copies),
-                       p.memory.grad_buckets > 0 ? " + gradient buckets " + gb(p.memory.grad_buckets) : "",
-                       gb(p.memory.fixed()));
+  s += memory_line(p, req);
   if (p.memory.recompute_block > 0)
     s += absl::StrFormat("  recompute per block: the blocks' inputs %s + one block rebuilt in backward %s\n",
                          gb(p.memory.activations), gb(p.memory.recompute_block));

@@ -28,6 +28,10 @@ struct PlanRequest {
   std::string model_source;  // "" = the preset; else the config file the model comes from (fit --config)
   bool recompute = false;    // activation recompute per block (fit --recompute on)
   bool zero = false;         // ZeRO-1 over the GPUs (fit --zero 1): AdamW's moments 1/n_gpus per GPU
+  // The distributed optimizer (fit --zero 1 --master-weights sharded, Megatron-LM style): bf16
+  // working weights for the matmuls, their fp32 masters 1/n_gpus per GPU beside the moments, no
+  // .grad tensors (each micro-batch's gradient goes into the fp32 buckets). Needs zero and > 1 GPU.
+  bool sharded_master = false;
   double price_per_hour = 0; // per GPU; 0 = no cost line
   double peak_flops = 0;     // override of the table's dense bf16 peak
   double memory_bytes = 0;   // override of the table's memory per GPU
@@ -38,16 +42,20 @@ struct PlanRequest {
 // copy of the gradients, bf16 activations. Each term is checked against a counting allocator on a
 // real CPU step (tests/train/plan_memory_test.cpp). With ZeRO-1 (train/optimizer_shards.h) a GPU
 // keeps 1/n_gpus of the moments (8N/n) and its gradient shard (4N/n) beside the buckets; weights
-// and gradients stay whole on every GPU (no ZeRO-2/3).
+// and gradients stay whole on every GPU (no ZeRO-2/3). With the distributed optimizer
+// (sharded_master) the matmul weights (M of them) are bf16 and the rest (O = N - M: embedding,
+// norms) fp32: weights 2M + 4O, no gradients, bf16 casts only of a tied head (fp32), the buckets
+// as ZeRO-1, AdamW 8N/n and master_weights 4M/n.
 struct MemoryEstimate {
   double weights = 0, grads = 0, optimizer = 0;
+  double master_weights = 0;  // distributed optimizer: the fp32 masters of the bf16 weights, 1/n_gpus per GPU
   // bf16 casts of every matmul weight: autocast caches them from the first micro-batch's forward
   // until the step's last backward (Trainer::accumulate_gradients holds one AutocastGuard).
   double weight_copies = 0;
   double grad_buckets = 0;  // more than one GPU: GradSync's flat fp32 buckets, a copy of every gradient (ZeRO-1: + its shard)
   double activations = 0;   // for one micro-batch, every layer's saved tensors (with recompute: their inputs)
   double recompute_block = 0;  // recompute: the one block whose activations backward rebuilds at a time
-  double fixed() const { return weights + grads + optimizer + weight_copies + grad_buckets; }
+  double fixed() const { return weights + grads + optimizer + master_weights + weight_copies + grad_buckets; }
   double total() const { return fixed() + activations + recompute_block; }
 };
 
@@ -59,6 +67,9 @@ struct Plan {
   std::string gpu_name;
   double peak_flops = 0, memory_per_gpu = 0;
   int64_t params = 0, matmul_params = 0, seq_len = 0;
+  // The parameters the distributed optimizer keeps in bf16: the block linears (with their biases)
+  // and an untied head; not the embedding, a tied head or the norms.
+  int64_t bf16_params = 0;
   double flops_per_token = 0;  // 6N + 12·L·T·d
   double total_flops = 0;
   int64_t micro_batch = 0;
@@ -103,17 +114,23 @@ const GpuSpec* gpu_by_name(const std::string& name);
 // The plan names of the table's rows, in table order: "h200", "h100-pcie", ...
 std::vector<std::string> gpu_names();
 
-// Errors: unknown GPU (names the known ones), non-positive tokens/mfu (InvalidArgument).
+// Errors: unknown GPU (names the known ones), non-positive tokens/mfu, sharded_master without
+// zero or on one GPU (InvalidArgument).
 absl::StatusOr<Plan> make_plan(const PlanRequest& req);
 
 // The cheapest memory strategy that fits, for an `auto` choice, in order of cost: plain data
-// parallel, ZeRO-1 (more than one GPU; no extra FLOPs), activation recompute (a third more
-// FLOPs), both; the first whose largest micro-batch reaches the one wanted (or
-// kUsefulMicroBatch), else the one that fits the most. req.recompute and req.zero are set to the
-// choice; `choose_recompute` / `choose_zero` false keep req's value of that one.
-// `strategies` gets one line per strategy with its largest micro-batch, memory and cost.
+// parallel, ZeRO-1 (more than one GPU; no extra FLOPs), ZeRO-1 + sharded master weights (the
+// distributed optimizer; no extra FLOPs), activation recompute (a third more FLOPs), then
+// recompute with each of the two; the first whose largest micro-batch reaches the one wanted (or
+// kUsefulMicroBatch), else the one that fits the most. req.recompute, req.zero and
+// req.sharded_master are set to the choice; `choose_recompute` / `choose_zero` /
+// `choose_master` false keep req's value of that one. `strategies` gets one line per strategy
+// with its largest micro-batch, memory and cost.
 absl::StatusOr<Plan> make_cheapest_plan(PlanRequest& req, std::string* strategies, bool choose_recompute = true,
-                                        bool choose_zero = true);
+                                        bool choose_zero = true, bool choose_master = true);
+// The strategy req asks for, as make_cheapest_plan's lines name it: "data parallel + ZeRO-1 +
+// sharded master + recompute" (the parts that are on).
+std::string strategy_name(const PlanRequest& req);
 inline constexpr int64_t kUsefulMicroBatch = 4;  // sequences per GPU that keep it busy (seq ~2048)
 
 // MFU that a finished run implies: tokens × FLOPs/token / (hours × GPUs × peak).

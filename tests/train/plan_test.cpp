@@ -4,6 +4,7 @@
 #include <torch/torch.h>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 
 #include "model/config.h"
 #include "model/transformer.h"
@@ -11,6 +12,7 @@
 #include "train/plan.h"
 #include "app/fit_flags.h"
 #include "train/config.h"
+#include "tests/train/plan_shapes.h"
 
 namespace lm::train {
 namespace {
@@ -260,21 +262,6 @@ TEST(Plan, BadInputNamesTheFlag) {
 
 namespace lm::train {
 namespace {
-
-// OpenLLaMA-3B's shape (issue 39): plain DDP keeps everything on every GPU, ~85 GB at seq 2048.
-model::ModelConfig open_llama_3b() {
-  model::ModelConfig c = *model::preset("1b");
-  c.preset = "custom";
-  c.vocab_size = 32000;
-  c.d_model = 3200;
-  c.n_layers = 26;
-  c.n_heads = 32;
-  c.n_kv_heads = 32;
-  c.d_ff = 8640;
-  c.max_seq_len = 2048;
-  c.tie_embeddings = false;
-  return c;
-}
 
 TEST(Plan, ThreeBillionOnEightH100sIsNotPromisedUnderDdp) {
   PlanRequest req;
