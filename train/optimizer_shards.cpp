@@ -42,8 +42,10 @@ OptimizerShards::OptimizerShards(std::vector<torch::Tensor> params, int rank, in
     if (kind.empty() || kind[bp.params.front()] == 0) continue;
     // The fp32 masters of this rank's shard (taken again from the weights when they turn bf16).
     masters_[b] = weights_[b].narrow(0, mine, size).clone();
+    // Every parameter of the bucket, this rank's part or not: AdamW's empty slot of a part on
+    // another rank must not be a view of the fp32 weights (it would keep them alive).
     for (size_t k : bp.params)
-      if (parts_[k].len > 0) parts_[k].value = masters_[b].narrow(0, shard_offset_[k], parts_[k].len);
+      parts_[k].value = masters_[b].narrow(0, parts_[k].len > 0 ? shard_offset_[k] : 0, parts_[k].len);
   }
 }
 

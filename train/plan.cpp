@@ -186,12 +186,14 @@ int stop_timeout_s(const Plan& p) {
 
 namespace {
 
-// The distributed optimizer's bf16 parameters: every parameter but the embedding (with a tied
-// head, the one matrix stays fp32 and autocast casts it) and the RMSNorm gains (2 per block and
-// the final one, d_model each).
+// The distributed optimizer's bf16 parameters, the 2-D weights but the embedding
+// (Trainer::sharded_master_params): not the embedding (with a tied head, the one matrix stays
+// fp32 and autocast casts it), the RMSNorm gains (2 per block and the final one, d_model each) or
+// Qwen2's q/k/v biases.
 int64_t bf16_param_count(const model::ModelConfig& c) {
   const int64_t tied = c.tie_embeddings ? c.vocab_size * c.d_model : 0;
-  return model::matmul_param_count(c) - tied - (2 * c.n_layers + 1) * c.d_model;
+  const int64_t biases = c.attention_bias ? c.n_layers * c.head_dim() * (c.n_heads + 2 * c.n_kv_heads) : 0;
+  return model::matmul_param_count(c) - tied - (2 * c.n_layers + 1) * c.d_model - biases;
 }
 
 // The terms that do not grow with the micro-batch (MemoryEstimate's comment).
@@ -219,6 +221,8 @@ MemoryEstimate fixed_memory(const PlanRequest& req, const Plan& p) {
     m.grads = 0;
     m.weight_copies = 2 * tied;
     m.master_weights = 4 * mm / w;
+    const double vd = static_cast<double>(req.model.vocab_size * req.model.d_model);
+    m.grad_transient = (req.model.tie_embeddings ? 8 : 4) * vd;
   }
   return m;
 }
@@ -402,9 +406,11 @@ std::string memory_line(const Plan& p, const PlanRequest& req) {
                                   req.model.attention);
   if (sharded) {
     s += absl::StrFormat("  weights %s (bf16 %.1fM in matmuls, fp32 the other %.1fM) + grads 0 (added into the "
-                         "buckets) + AdamW %s (1/%d of the moments) + fp32 master weights %s, 1/%d sharded",
+                         "buckets; the embedding's in flight %s) + AdamW %s (1/%d of the moments) + fp32 master "
+                         "weights %s, 1/%d sharded",
                          gb(p.memory.weights), p.bf16_params / 1e6, (p.params - p.bf16_params) / 1e6,
-                         gb(p.memory.optimizer), req.n_gpus, gb(p.memory.master_weights), req.n_gpus);
+                         gb(p.memory.grad_transient), gb(p.memory.optimizer), req.n_gpus,
+                         gb(p.memory.master_weights), req.n_gpus);
   } else {
     s += absl::StrFormat("  weights %s + grads %s + AdamW %s%s", gb(p.memory.weights), gb(p.memory.grads),
                          gb(p.memory.optimizer),

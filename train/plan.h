@@ -55,7 +55,14 @@ struct MemoryEstimate {
   double grad_buckets = 0;  // more than one GPU: GradSync's flat fp32 buckets, a copy of every gradient (ZeRO-1: + its shard)
   double activations = 0;   // for one micro-batch, every layer's saved tensors (with recompute: their inputs)
   double recompute_block = 0;  // recompute: the one block whose activations backward rebuilds at a time
-  double fixed() const { return weights + grads + optimizer + master_weights + weight_copies + grad_buckets; }
+  // Distributed optimizer: with no .grad kept, backward still makes each gradient before its
+  // hook adds it into the bucket; the largest is the embedding's, fp32 [V, d], and with a tied
+  // head two of them (the head's and the lookup's) until autograd sums them. (Otherwise the
+  // gradients are kept whole, in `grads`, and this is inside them.)
+  double grad_transient = 0;
+  double fixed() const {
+    return weights + grads + optimizer + master_weights + weight_copies + grad_buckets + grad_transient;
+  }
   double total() const { return fixed() + activations + recompute_block; }
 };
 

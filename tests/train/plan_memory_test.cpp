@@ -15,7 +15,9 @@
 #include "tests/train/counting_allocator.h"
 #include "train/config.h"
 #include "train/device.h"
+#include "train/grad_sync.h"
 #include "train/optim.h"
+#include "train/optimizer_shards.h"
 #include "train/plan.h"
 
 namespace lm::train {
@@ -149,6 +151,120 @@ TEST(PlanMemory, RecomputeTermsAreWithinTenPercentOfACountedCpuStep) {
   const Counted without = count_step(cfg, false, kSeq, req.micro_batch);
   EXPECT_LT(c.activations * 2, without.activations) << "recompute must at least halve what the forward keeps";
   expect_total_covers_peak(c, plan->memory);
+}
+
+// The distributed optimizer's terms (train/optimizer_shards.h, --zero 1 --master-weights sharded),
+// counted as rank 0 of 2 runs them: OptimizerShards with the matmul weights as bf16 working
+// weights, AdamW on this rank's parts, GradSync summing the micro-batches into the fp32 buckets.
+// The collectives are stand-ins that move this rank's bytes only (the values are not what the
+// test checks; the bytes are the same as with a peer).
+struct CountedSharded {
+  int64_t weights = 0, buckets_and_masters = 0, optimizer = 0, grads = 0, copies = 0, activations = 0, peak = 0;
+};
+
+CountedSharded count_sharded_step(const model::ModelConfig& cfg, int64_t seq, int64_t micro_batch) {
+  constexpr int kWorld = 2;
+  CountedSharded c;
+  torch::manual_seed(0);
+  testing::CountingCpuAllocator counter;
+  model::Transformer model(cfg, 1);
+  const int64_t fp32_weights = counter.live();
+  std::vector<std::pair<std::string, torch::Tensor>> params;
+  std::vector<torch::Tensor> plist;
+  std::vector<bool> bf16;
+  for (auto& p : model->named_parameters()) {
+    params.emplace_back(p.key(), p.value());
+    plist.push_back(p.value());
+    bf16.push_back(p.value().dim() == 2 && p.key().find("embed_tokens") == std::string::npos);
+  }
+  int64_t before = counter.live();
+  OptimizerShards shards(plist, 0, kWorld, 25 << 20, bf16);
+  c.buckets_and_masters = counter.live() - before;
+  before = counter.live();
+  AdamW opt(params, TrainConfig{}, &shards.parts());
+  c.optimizer = counter.live() - before;
+  before = counter.live();
+  shards.use_bf16_working_weights();
+  c.weights = fp32_weights + (counter.live() - before);
+  auto reduce_scatter = [](torch::Tensor out, torch::Tensor in) {
+    out.copy_(in.narrow(0, 0, out.numel()));
+    return std::function<void()>([] {});
+  };
+  auto all_gather = [](torch::Tensor out, torch::Tensor in) {
+    out.narrow(0, 0, in.numel()).copy_(in);
+    return std::function<void()>([] {});
+  };
+  GradSync sync(plist, kWorld, shards.plan(), shards.flats(), shards.shards(), reduce_scatter, /*accumulate=*/true);
+  const torch::Device cpu(torch::kCPU);
+  // Two micro-batches (2, then 4 rows) of one step, as Trainer::accumulate_gradients runs them.
+  std::map<int64_t, int64_t> forward;
+  opt.zero_grad();
+  sync.begin_step();
+  const int64_t before_grads = counter.live();
+  {
+    AutocastGuard ac(cpu, true);
+    for (int64_t b : {2, 4}) {
+      auto window = torch::randint(cfg.vocab_size, {b, seq + 1}, torch::kInt64);
+      const int64_t at = counter.live();
+      auto loss = model->loss(window);
+      forward[b] = counter.live() - at;
+      sync.before_backward(b == 4);
+      loss.backward();
+    }
+  }
+  sync.finish();
+  c.grads = counter.live() - before_grads;
+  c.activations = forward[4] - forward[2];
+  c.copies = forward[2] - c.activations;
+  opt.step(1e-3);
+  shards.gather_params(all_gather);
+  // A whole step at the plan's micro-batch from the state between steps.
+  opt.zero_grad();
+  sync.begin_step();
+  counter.reset_peak();
+  {
+    auto window = torch::randint(cfg.vocab_size, {micro_batch, seq + 1}, torch::kInt64);
+    AutocastGuard ac(cpu, true);
+    sync.before_backward(true);
+    model->loss(window).backward();
+  }
+  sync.finish();
+  opt.step(1e-3);
+  shards.gather_params(all_gather);
+  c.peak = counter.peak();
+  return c;
+}
+
+// The distributed optimizer on 2 GPUs: bf16 working weights (2 bytes a matmul weight), no .grad
+// kept after backward, fp32 buckets plus this rank's gradient shard and half the masters, half
+// the moments; autocast copies only what stays fp32 and feeds a matmul (the tied head).
+TEST(PlanMemory, DistributedOptimizerTermsAreWithinTenPercentOfACountedCpuStep) {
+  constexpr int64_t kSeq = 128;
+  for (const model::ModelConfig& cfg : counted_models()) {
+    SCOPED_TRACE(cfg.attention + " attention, d " + std::to_string(cfg.d_model));
+    PlanRequest req;
+    req.model = cfg;
+    req.seq_len = kSeq;
+    req.micro_batch = 2;
+    req.n_gpus = 2;
+    req.zero = true;
+    req.sharded_master = true;
+    auto plan = make_plan(req);
+    ASSERT_TRUE(plan.ok()) << plan.status();
+    const MemoryEstimate& m = plan->memory;
+    const CountedSharded c = count_sharded_step(cfg, kSeq, req.micro_batch);
+    std::printf("plan vs a counted CPU step of the distributed optimizer (rank 0 of 2, %s attention, %lld params):\n",
+                cfg.attention.c_str(), static_cast<long long>(plan->params));
+    expect_within(c.weights, m.weights, "weights");
+    expect_within(c.buckets_and_masters, m.grad_buckets + m.master_weights, "buckets+masters");
+    expect_within(c.optimizer, m.optimizer, "optimizer");
+    expect_within(c.copies, m.weight_copies, "bf16 copies");
+    expect_within(c.activations, m.activations, "activations");
+    EXPECT_EQ(m.grads, 0);
+    std::printf("  %-14s counted %8.2f MB, planned %8.2f MB\n", "grads kept", c.grads / 1e6, m.grads / 1e6);
+    EXPECT_LT(c.grads, 0.01 * m.weights) << "no gradient may outlive its backward: the buckets hold the sum";
+    expect_total_covers_peak(Counted{0, 0, 0, 0, 0, c.peak}, m);
+  }
 }
 
 }  // namespace

@@ -395,14 +395,16 @@ TEST(PresetDefaults, GpuPresetsUseAMicroBatchThatFitsTheirGpu) {
 }
 
 TEST(PresetDefaults, PlanFitCommandResolvesToThePlan) {
-  struct Case { const char* preset; const char* gpu; int gpus; bool bare; bool zero = false; };
+  struct Case { const char* preset; const char* gpu; int gpus; bool bare; bool zero = false; bool sharded = false; };
   // bare: the renter's command carries no training flags (the preset's defaults are the plan).
   for (const Case& c : {Case{"124m", "h100", 1, true}, Case{"400m", "h100", 1, true}, Case{"400m", "h200", 8, true},
                         Case{"1b", "h100", 8, true}, Case{"400m", "4090", 1, false}, Case{"400m", "h100", 3, false},
-                        Case{"small", "a10", 1, false}, Case{"1b", "4090", 8, false, true}}) {
-    SCOPED_TRACE(absl::StrCat(c.preset, " on ", c.gpus, " x ", c.gpu, c.zero ? " ZeRO-1" : ""));
+                        Case{"small", "a10", 1, false}, Case{"1b", "4090", 8, false, true},
+                        Case{"1b", "4090", 8, false, true, true}}) {
+    SCOPED_TRACE(absl::StrCat(c.preset, " on ", c.gpus, " x ", c.gpu, c.zero ? " ZeRO-1" : "", c.sharded ? " sharded master" : ""));
     PlanRequest req;
     req.zero = c.zero;
+    req.sharded_master = c.sharded;
     req.model = *model::preset(c.preset);
     const model::PresetTraining d = model::preset_training(c.preset);
     req.tokens = d.tokens > 0 ? d.tokens : 2e9;
@@ -420,6 +422,7 @@ TEST(PresetDefaults, PlanFitCommandResolvesToThePlan) {
     EXPECT_EQ(tc.hardware.dtype, "bf16");
     EXPECT_TRUE(tc.hardware.tf32);
     EXPECT_EQ(tc.distributed.zero, c.zero ? 1 : 0);
+    EXPECT_EQ(tc.distributed.master_weights, c.sharded ? "sharded" : "whole");
     EXPECT_LE(p->micro_batch, std::max<int64_t>(1, p->max_micro_batch)) << "the plan's micro-batch must fit";
     if (c.bare) {
       EXPECT_EQ(p->fit_args.size(), 8u) << fit_command(*p, req);
