@@ -6,8 +6,8 @@
 // same bytes as the all-reduce (a ring all-reduce is a reduce-scatter then an all-gather).
 //
 // The parameters become views into flat weight buffers laid out as the buckets, so the all-gather
-// writes the weights in place. Gradients stay ordinary .grad tensors: the hooks copy them into
-// the gradient buckets as for data parallel (gradients as bucket views are not done).
+// writes the weights in place. The gradients live in the buckets only: GradSync's `accumulate`
+// hooks add each micro-batch's .grad into its bucket and drop it (no whole .grad kept).
 //
 // The distributed optimizer (Megatron-LM's, distributed.master_weights sharded) goes one step
 // further for the matmul weights: their buckets hold bf16 working weights (what the matmuls read
@@ -16,7 +16,7 @@
 // ZeRO-1's bytes). The gradient buckets stay fp32 and accumulate the micro-batches themselves
 // (GradSync's `accumulate`), so per parameter a GPU holds 2 (bf16 weight) + 4 (fp32 bucket) bytes
 // plus (4 master + 8 moments + 4 gradient shard) / world, instead of ZeRO-1's 4 + 2 (autocast's
-// copy) + 4 (.grad) + 4 (bucket) + 12 / world. Given the same masters, the forward reads the same
+// copy) + 4 (bucket) + 12 / world. Given the same masters, the forward reads the same
 // bf16 values as autocast's casts of fp32 weights and the gradients sum in fp32 in the same order,
 // so a run is bit-identical to ZeRO-1 (checked by the ZeRO-1 test).
 #pragma once

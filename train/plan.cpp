@@ -208,21 +208,24 @@ MemoryEstimate fixed_memory(const PlanRequest& req, const Plan& p) {
   if (req.zero && req.n_gpus > 1) {
     // ZeRO-1 (train/optimizer_shards.h): this GPU's part of the moments, and its gradient shard
     // (the reduce-scatter's output) beside the flat buckets; padding (64 elements per tensor) is noise.
+    // The gradients live in the buckets only (GradSync's accumulate: no .grad kept); backward
+    // still makes each before its hook adds it in, the largest the embedding's fp32 [V, d], two
+    // of them with a tied head until autograd sums them.
     m.optimizer = 8 * n / w;
     m.grad_buckets += 4 * n / w;
+    m.grads = 0;
+    const double vd = static_cast<double>(req.model.vocab_size * req.model.d_model);
+    m.grad_transient = (req.model.tie_embeddings ? 8 : 4) * vd;
   }
   if (req.zero && req.sharded_master && req.n_gpus > 1) {
     // The distributed optimizer: bf16 working weights for the matmuls (M), fp32 for the rest (O);
-    // no .grad tensors (the hook adds each micro-batch's gradient into the fp32 bucket); autocast
-    // casts only matmul weights that stay fp32 (a tied head); this GPU's fp32 masters of its 1/W of M.
+    // autocast casts only matmul weights that stay fp32 (a tied head); this GPU's fp32 masters of
+    // its 1/W of M.
     const double mm = static_cast<double>(p.bf16_params), o = n - mm;
     const double tied = req.model.tie_embeddings ? static_cast<double>(req.model.vocab_size * req.model.d_model) : 0;
     m.weights = 2 * mm + 4 * o;
-    m.grads = 0;
     m.weight_copies = 2 * tied;
     m.master_weights = 4 * mm / w;
-    const double vd = static_cast<double>(req.model.vocab_size * req.model.d_model);
-    m.grad_transient = (req.model.tie_embeddings ? 8 : 4) * vd;
   }
   return m;
 }
@@ -412,9 +415,11 @@ std::string memory_line(const Plan& p, const PlanRequest& req) {
                          gb(p.memory.grad_transient), gb(p.memory.optimizer), req.n_gpus,
                          gb(p.memory.master_weights), req.n_gpus);
   } else {
-    s += absl::StrFormat("  weights %s + grads %s + AdamW %s%s", gb(p.memory.weights), gb(p.memory.grads),
-                         gb(p.memory.optimizer),
-                         req.zero && req.n_gpus > 1 ? absl::StrFormat(" (ZeRO-1: 1/%d of the moments)", req.n_gpus) : "");
+    const bool zero = req.zero && req.n_gpus > 1;
+    s += absl::StrFormat("  weights %s + grads %s + AdamW %s%s", gb(p.memory.weights),
+                         zero ? absl::StrFormat("0 (in the buckets; the embedding's in flight %s)", gb(p.memory.grad_transient))
+                              : gb(p.memory.grads),
+                         gb(p.memory.optimizer), zero ? absl::StrFormat(" (ZeRO-1: 1/%d of the moments)", req.n_gpus) : "");
   }
   s += absl::StrFormat(" + bf16 weight copies %s%s = %s\n", gb(p.memory.weight_copies),
                        p.memory.grad_buckets > 0 ? " + gradient buckets " + gb(p.memory.grad_buckets) : "",

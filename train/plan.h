@@ -41,8 +41,9 @@ struct PlanRequest {
 // AdamW's two fp32 moments, the bf16 copies of the weights autocast keeps, data parallel's bucket
 // copy of the gradients, bf16 activations. Each term is checked against a counting allocator on a
 // real CPU step (tests/train/plan_memory_test.cpp). With ZeRO-1 (train/optimizer_shards.h) a GPU
-// keeps 1/n_gpus of the moments (8N/n) and its gradient shard (4N/n) beside the buckets; weights
-// and gradients stay whole on every GPU (no ZeRO-2/3). With the distributed optimizer
+// keeps 1/n_gpus of the moments (8N/n) and its gradient shard (4N/n) beside the buckets, which
+// hold the gradients (no .grad kept: grads 0, grad_transient in flight); weights stay whole on
+// every GPU (no ZeRO-2/3). With the distributed optimizer
 // (sharded_master) the matmul weights (M of them) are bf16 and the rest (O = N - M: embedding,
 // norms) fp32: weights 2M + 4O, no gradients, bf16 casts only of a tied head (fp32), the buckets
 // as ZeRO-1, AdamW 8N/n and master_weights 4M/n.
@@ -55,7 +56,7 @@ struct MemoryEstimate {
   double grad_buckets = 0;  // more than one GPU: GradSync's flat fp32 buckets, a copy of every gradient (ZeRO-1: + its shard)
   double activations = 0;   // for one micro-batch, every layer's saved tensors (with recompute: their inputs)
   double recompute_block = 0;  // recompute: the one block whose activations backward rebuilds at a time
-  // Distributed optimizer: with no .grad kept, backward still makes each gradient before its
+  // ZeRO-1 and the distributed optimizer: with no .grad kept, backward still makes each gradient before its
   // hook adds it into the bucket; the largest is the embedding's, fp32 [V, d], and with a tied
   // head two of them (the head's and the lookup's) until autograd sums them. (Otherwise the
   // gradients are kept whole, in `grads`, and this is inside them.)

@@ -454,18 +454,19 @@ void Trainer::start_grad_sync() {
     // start-up checks (which run on the fp32 weights), before the hooks take their AccumulateGrad nodes.
     const bool sharded_master = tc_.distributed.master_weights == "sharded";
     if (sharded_master) zero_->use_bf16_working_weights();
+    // The gradients live in the buckets only: each micro-batch's is summed there by its hook and
+    // its .grad dropped, so no whole .grad is kept beside the buckets (4 bytes a parameter).
     grad_sync_ = std::make_unique<GradSync>(
         plist_, comm->world(), zero_->plan(), zero_->flats(), zero_->shards(),
         [comm](torch::Tensor out, torch::Tensor in) { return comm->start_reduce_scatter(std::move(out), std::move(in)); },
-        /*accumulate=*/sharded_master);
+        /*accumulate=*/true);
     if (main_rank_)
-      log_info("data parallel: %d ranks, %s, ZeRO-1: gradient reduce-scatter overlapped with backward (%d buckets of "
-               "<= %.0f MiB), AdamW on this rank's shard (%.1f MiB of moments%s), weights all-gathered%s",
+      log_info("data parallel: %d ranks, %s, ZeRO-1: gradients summed in %d buckets of <= %.0f MiB (no .grad kept), "
+               "reduce-scatter overlapped with backward, AdamW on this rank's shard (%.1f MiB of moments%s), weights all-gathered%s",
                comm->world(), comm->backend(), grad_sync_->stats().buckets, tc_.distributed.bucket_mb,
                optim_->moment_bytes() / double(1 << 20),
                sharded_master ? absl::StrFormat(", %.1f MiB of fp32 master weights", zero_->master_bytes() / double(1 << 20)) : "",
-               sharded_master ? " in bf16 (the matmul weights train as bf16 working copies; gradients accumulate in the "
-                                "fp32 buckets)" : "");
+               sharded_master ? " in bf16 (the matmul weights train as bf16 working copies)" : "");
     return;
   }
   grad_sync_ = std::make_unique<GradSync>(

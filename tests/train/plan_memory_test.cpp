@@ -162,7 +162,8 @@ struct CountedSharded {
   int64_t weights = 0, buckets_and_masters = 0, optimizer = 0, grads = 0, copies = 0, activations = 0, peak = 0;
 };
 
-CountedSharded count_sharded_step(const model::ModelConfig& cfg, int64_t seq, int64_t micro_batch) {
+// sharded_master false: ZeRO-1 alone (fp32 weights, half the moments, the gradients in the buckets).
+CountedSharded count_sharded_step(const model::ModelConfig& cfg, int64_t seq, int64_t micro_batch, bool sharded_master) {
   constexpr int kWorld = 2;
   CountedSharded c;
   torch::manual_seed(0);
@@ -175,7 +176,7 @@ CountedSharded count_sharded_step(const model::ModelConfig& cfg, int64_t seq, in
   for (auto& p : model->named_parameters()) {
     params.emplace_back(p.key(), p.value());
     plist.push_back(p.value());
-    bf16.push_back(p.value().dim() == 2 && p.key().find("embed_tokens") == std::string::npos);
+    bf16.push_back(sharded_master && p.value().dim() == 2 && p.key().find("embed_tokens") == std::string::npos);
   }
   int64_t before = counter.live();
   OptimizerShards shards(plist, 0, kWorld, 25 << 20, bf16);
@@ -184,7 +185,7 @@ CountedSharded count_sharded_step(const model::ModelConfig& cfg, int64_t seq, in
   AdamW opt(params, TrainConfig{}, &shards.parts());
   c.optimizer = counter.live() - before;
   before = counter.live();
-  shards.use_bf16_working_weights();
+  if (sharded_master) shards.use_bf16_working_weights();
   c.weights = fp32_weights + (counter.live() - before);
   auto reduce_scatter = [](torch::Tensor out, torch::Tensor in) {
     out.copy_(in.narrow(0, 0, out.numel()));
@@ -235,26 +236,29 @@ CountedSharded count_sharded_step(const model::ModelConfig& cfg, int64_t seq, in
   return c;
 }
 
-// The distributed optimizer on 2 GPUs: bf16 working weights (2 bytes a matmul weight), no .grad
-// kept after backward, fp32 buckets plus this rank's gradient shard and half the masters, half
-// the moments; autocast copies only what stays fp32 and feeds a matmul (the tied head).
-TEST(PlanMemory, DistributedOptimizerTermsAreWithinTenPercentOfACountedCpuStep) {
+// ZeRO-1 and the distributed optimizer on 2 GPUs. Both: no .grad kept after backward (the fp32
+// buckets hold the gradients), this rank's gradient shard, half the moments. The distributed
+// optimizer: bf16 working weights (2 bytes a matmul weight), half the fp32 masters, and autocast
+// copies only what stays fp32 and feeds a matmul (the tied head).
+TEST(PlanMemory, ZeroOneAndDistributedOptimizerTermsAreWithinTenPercentOfACountedCpuStep) {
   constexpr int64_t kSeq = 128;
+  for (const bool sharded_master : {false, true})
   for (const model::ModelConfig& cfg : counted_models()) {
-    SCOPED_TRACE(cfg.attention + " attention, d " + std::to_string(cfg.d_model));
+    SCOPED_TRACE(cfg.attention + " attention, d " + std::to_string(cfg.d_model) + (sharded_master ? ", sharded master" : ", ZeRO-1"));
     PlanRequest req;
     req.model = cfg;
     req.seq_len = kSeq;
     req.micro_batch = 2;
     req.n_gpus = 2;
     req.zero = true;
-    req.sharded_master = true;
+    req.sharded_master = sharded_master;
     auto plan = make_plan(req);
     ASSERT_TRUE(plan.ok()) << plan.status();
     const MemoryEstimate& m = plan->memory;
-    const CountedSharded c = count_sharded_step(cfg, kSeq, req.micro_batch);
-    std::printf("plan vs a counted CPU step of the distributed optimizer (rank 0 of 2, %s attention, %lld params):\n",
-                cfg.attention.c_str(), static_cast<long long>(plan->params));
+    const CountedSharded c = count_sharded_step(cfg, kSeq, req.micro_batch, sharded_master);
+    std::printf("plan vs a counted CPU step of %s (rank 0 of 2, %s attention, %lld params):\n",
+                sharded_master ? "the distributed optimizer" : "ZeRO-1", cfg.attention.c_str(),
+                static_cast<long long>(plan->params));
     expect_within(c.weights, m.weights, "weights");
     expect_within(c.buckets_and_masters, m.grad_buckets + m.master_weights, "buckets+masters");
     expect_within(c.optimizer, m.optimizer, "optimizer");
