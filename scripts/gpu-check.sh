@@ -10,7 +10,8 @@
 #      lmforge figures, not inside the ratio); kept whenever our rate is > 0, crash or not
 #   4. ctest -L gpu, each test under a 60 s timeout (straight after the headline: they must run)
 #   5. our step with each fast path, each verified at its start: own CUDA kernels (alone, then in
-#      the step), SDPA's flash and cuDNN kernels, CUDA graphs
+#      the step), SDPA's flash and cuDNN kernels, CUDA graphs; then activation recompute's cost
+#      (our step with it, then without, alternating) and the 1b step's peak memory beside the plan's
 #   6. the rest: 2 processes over NCCL when two GPUs exist, the small preset eager and graphed,
 #      the eager peer, the Hugging Face export read by transformers
 # Every step runs under `timeout -k 5` (SIGKILL 5 s after its cap) and "start STAGE" is logged
@@ -127,10 +128,12 @@ if [ "$DEVICE" = cuda ]; then
   GPU=$(echo "$GPU_NAME" | tr 'A-Z' 'a-z' | grep -oE 'h200|h100|a100|l40s|4090|a10' | head -1)
   shape=$(tmo 30 "$LM" plan --preset $PRESET --gpu "${GPU:-h100}" | sed -n 's/^batch: \([0-9]*\) x \([0-9]*\) x.*/\1 \2/p')
   set -- $shape; B=${1:-16}; T=${2:-2048}; PEAK_N=8192
+  # The 1b step whose peak memory is set against the plan: the plan's micro-batch for it.
+  MEM_PRESET=1b; B1=$(tmo 30 "$LM" plan --preset 1b --gpu "${GPU:-h100}" | sed -n 's/^batch: \([0-9]*\) x .*/\1/p'); B1=${B1:-8}
 else
   # Dry run: the same stages at shapes a shared 2-core CPU does in seconds (the small preset's
   # bf16 step at 4 x 64 took 5.6 s there under load: 2 x 32).
-  PRESET=tiny; B=4; T=64; SB=2; ST=32; PEAK_N=512
+  PRESET=tiny; B=4; T=64; SB=2; ST=32; PEAK_N=512; MEM_PRESET=tiny; B1=4
 fi
 BENCH="$BUILD/bench/train_step_bench"
 # The bench's peak mode: >= 1 s of n^3 bf16 products as the best of 5 windows (the first GPU run's
@@ -204,6 +207,12 @@ for backend in flash cudnn; do
   step_stage "step-lmforge-sdpa-$backend" 30 120 "$BENCH" $STEP $WIN --sdpa-backend $backend
 done
 step_stage step-lmforge-graphs 30 120 "$BENCH" $STEP $WIN --cuda-graphs
+# Issue 39: activation recompute's step-time cost (against the headline's two lmforge figures,
+# measured before and after it), then our step once more so the runs alternate; and the 1b step,
+# whose peak allocation each line reports beside what `lmtrain plan` counts (peak_vs_plan).
+step_stage step-lmforge-recompute 30 120 "$BENCH" $STEP $WIN --recompute
+step_stage step-lmforge-3 30 120 "$BENCH" $STEP $WIN
+step_stage step-$MEM_PRESET-memory 40 150 "$BENCH" --preset $MEM_PRESET --batch $B1 --seq $T --dtype bf16 --device $DEVICE --warmup 5 --steps 10 --read-every 5
 
 # ---- 6. two processes (NCCL on cuda, Gloo in the dry run) equal one ----------------------------
 NGPU=$([ "$DEVICE" = cuda ] && tmo 30 nvidia-smi -L | wc -l || echo 2)

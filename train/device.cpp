@@ -10,6 +10,10 @@
 
 #include "absl/strings/str_format.h"
 
+#if defined(LM_HAVE_CUDA)
+#include <c10/cuda/CUDACachingAllocator.h>
+#endif
+
 namespace lm::train {
 
 namespace {
@@ -152,5 +156,16 @@ void set_tf32(bool on) {
 }
 
 bool tf32_enabled() { return at::globalContext().allowTF32CuBLAS() && at::globalContext().allowTF32CuDNN(); }
+
+int64_t device_peak_allocated_bytes(const torch::Device& device) {
+#if defined(LM_HAVE_CUDA)
+  if (!device.is_cuda() || !torch::cuda::is_available()) return 0;
+  const auto stats = c10::cuda::CUDACachingAllocator::getDeviceStats(device.has_index() ? device.index() : 0);
+  return stats.allocated_bytes[static_cast<size_t>(c10::CachingAllocator::StatType::AGGREGATE)].peak;
+#else
+  (void)device;
+  return 0;
+#endif
+}
 
 }  // namespace lm::train

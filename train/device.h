@@ -71,6 +71,10 @@ void set_tf32(bool on);
 // What the switch says now: "on" or "off" (for the start-up lines).
 bool tf32_enabled();
 
+// The most bytes the caching allocator has had allocated on a CUDA device since the process
+// started (tensors, not its reserve); 0 on a CPU or without CUDA.
+int64_t device_peak_allocated_bytes(const torch::Device& device);
+
 // bf16 autocast for a scope (model/autocast.h, shared with evaluation).
 using AutocastGuard = model::AutocastGuard;
 

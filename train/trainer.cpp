@@ -27,6 +27,7 @@
 #include "model/hf_export.h"
 #include "train/optim.h"
 #include "train/param_groups.h"
+#include "train/plan.h"
 
 namespace lm::train {
 namespace fs = std::filesystem;
@@ -160,6 +161,11 @@ std::string FitSummary::summary() const {
   if (comm_wait_s > 0)
     s += absl::StrFormat("\n  gradient all-reduce wait: %.2f s of %.2f s step time (%.1f%%)", comm_wait_s, step_s,
                          step_s > 0 ? 100 * comm_wait_s / step_s : 0.0);
+  if (peak_device_bytes > 0)
+    s += absl::StrFormat("\n  peak GPU memory: %.2f GB allocated%s", peak_device_bytes / 1e9,
+                         plan_device_bytes > 0 ? absl::StrFormat("; lmtrain plan counts %.2f GB for this run (peak %.2fx)",
+                                                                 plan_device_bytes / 1e9, peak_device_bytes / plan_device_bytes)
+                                               : std::string());
   if (nan_skipped > 0)
     s += absl::StrFormat("\n  skipped %d updates with a non-finite loss or gradient (train.nan_skip_limit)", nan_skipped);
   if (!floor_warning.empty()) s += "\n  WARNING: " + floor_warning;
@@ -1222,12 +1228,31 @@ void Trainer::announce_stop(Stop why) {
     log_warn("signal %d: stopped after step %d with a checkpoint; continue with --resume", sum_.stop_signal, step_);
 }
 
+// What `lmtrain plan` counts per GPU for this run's model, batch and strategy (its total: fixed
+// terms, one micro-batch's activations), beside the peak the device saw; 0 if it cannot say.
+double Trainer::planned_device_bytes() const {
+  PlanRequest p;
+  p.model = req_.model;
+  p.seq_len = tc_.batch.seq_len;
+  p.micro_batch = tc_.batch.micro_batch;
+  p.n_gpus = req_.comm != nullptr ? req_.comm->world() : 1;
+  p.zero = zero_ != nullptr;
+  p.sharded_master = zero_ != nullptr && zero_->bf16_working();
+  p.recompute = tc_.hardware.recompute;
+  p.peak_flops = 1e15;    // neither is read for memory: no GPU table lookup
+  p.memory_bytes = 80e9;
+  auto plan = make_plan(p);
+  return plan.ok() ? plan->memory.total() : 0;
+}
+
 FitSummary Trainer::finish() const {
   FitSummary sum = sum_;
   sum.steps = step_;
   sum.optimizer_bytes = optim_->moment_bytes();
   sum.master_bytes = zero_ ? zero_->master_bytes() : 0;
   for (const auto& p : plist_) sum.weight_bytes += p.numel() * p.element_size();
+  sum.peak_device_bytes = device_peak_allocated_bytes(device_);
+  if (sum.peak_device_bytes > 0 && bf16_) sum.plan_device_bytes = planned_device_bytes();
   sum.tokens = tokens_;
   sum.seconds = since(t_start_);
   sum.tokens_per_s =

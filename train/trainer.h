@@ -103,6 +103,8 @@ struct FitSummary {
   int64_t optimizer_bytes = 0;       // AdamW's moments this rank holds (ZeRO-1: about 1/world of them)
   int64_t master_bytes = 0;          // fp32 master weights this rank holds (distributed optimizer: ~1/world)
   int64_t weight_bytes = 0;          // the parameters' bytes (bf16 working weights: 2 a parameter)
+  int64_t peak_device_bytes = 0;     // CUDA: the most bytes allocated at once (0 on a CPU)
+  double plan_device_bytes = 0;      // what lmtrain plan counts for this run per GPU (bf16 on CUDA only)
   std::string summary() const;
   std::string mfu_text() const;  // "MFU 45.1% (median of 12 intervals; mfu_measured_peak 56.4%)"
 };
@@ -182,6 +184,7 @@ class Trainer {
   void apply_update(const StepResult& r, const torch::Tensor& found_inf);
   model::NamedTensors optimizer_state() const;
   model::NamedTensors master_weights() const;
+  double planned_device_bytes() const;
   absl::StatusOr<std::vector<bool>> sharded_master_params() const;
   torch::Tensor take_window(bool more);
   torch::Tensor fetch_window();
