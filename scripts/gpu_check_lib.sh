@@ -102,6 +102,15 @@ if usable(st.get("step-lmforge")):
         h["ratio_to_peer_compile"] = round(mean / rate(peer), 3)
         h["ratio_to_peer_compile_per_sample"] = [round(rate(s) / rate(peer), 3) for s in ours]
     out["headline"] = h
+# Issue 39: recompute's step time against the lmforge samples on both sides of it (the headline's two
+# and step-lmforge-3), and each bf16 step's peak allocation against what `lmtrain plan` counts.
+rec, around = st.get("step-lmforge-recompute"), [s for s in ours + [st.get("step-lmforge-3")] if usable(s)]
+scale = {}
+if usable(rec) and around:
+    scale["recompute_step_time_x"] = round(sum(rate(s) for s in around) / len(around) / rate(rec), 3)
+mem = {n: s.get("peak_vs_plan") for n, s in st.items() if isinstance(s, dict) and s.get("peak_vs_plan")}
+if mem: scale["peak_vs_plan"] = mem
+if scale: out["scale"] = scale
 with open(sys.argv[2] + ".tmp", "w") as f: json.dump(out, f, indent=1)
 os.replace(sys.argv[2] + ".tmp", sys.argv[2])
 bad = [r["stage"] for r in rows if r["status"] not in ("ok", "skipped")]

@@ -54,6 +54,13 @@ check "10: the headline has the peer's MFU, the GPU, the ceiling's judgement, na
 check "11: both lmforge samples, the ratio of their mean to the peer" \
   '[s["tokens_per_s"] for s in h["lmforge_samples"]] == [1000.0, 1100.0] and h["ratio_to_peer_compile"] == 2.1 and h["ratio_to_peer_compile_per_sample"] == [2.0, 2.2]'
 
+# Issue 39: recompute's step time against the lmforge samples around it (1000, 1100 and 1200 tok/s
+# against 825: 1.333x) and each step's peak allocation against the plan.
+step_stage step-lmforge-recompute 1 30 bash -c 'echo "{\"tokens_per_s\": 825.0, \"flops_per_token\": 6e8, \"fast_path_fallback\": \"\", \"peak_vs_plan\": 0.93}"' > /dev/null
+step_stage step-lmforge-3 1 30 bash -c 'echo "{\"tokens_per_s\": 1200.0, \"flops_per_token\": 6e8, \"fast_path_fallback\": \"\"}"' > /dev/null
+check "issue 39: recompute's step time from the alternating samples, and the peak against the plan" \
+  'd["scale"]["recompute_step_time_x"] == 1.333 and d["scale"]["peak_vs_plan"] == {"step-lmforge-recompute": 0.93}'
+
 # A planted hang: the stage's command ignores SIGTERM; -k kills it 5 s after its cap, the stage is
 # recorded, and the next one starts.
 t=$(date +%s)
