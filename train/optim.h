@@ -59,9 +59,9 @@ class AdamW {
 
   // "<param>.exp_avg", "<param>.exp_avg_sq", "__step__" (the most steps of any group) and
   // "__step__.<group>" (a read). A state without the per-group counts (before groups) loads
-  // "__step__" into every group. With parts, the moments are this rank's parts ([len]) and
-  // OptimizerShards::full_state assembles the whole; load_state always takes whole moments and
-  // keeps this rank's parts of them (so any world size loads any checkpoint).
+  // "__step__" into every group. With parts, the moments are this rank's parts ([len]) (a ZeRO-1
+  // checkpoint writes them per rank: train/sharded_checkpoint.h); load_state takes whole moments and
+  // keeps this rank's parts of them, or reads just those (the MomentReader overload below).
   model::NamedTensors state() const;
   // Bytes of the moments this process holds (exp_avg + exp_avg_sq).
   int64_t moment_bytes() const;

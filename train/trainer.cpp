@@ -676,17 +676,9 @@ void Trainer::apply_update(const StepResult& r, const torch::Tensor& found_inf) 
   zero_->gather_params([comm](torch::Tensor out, torch::Tensor in) { return comm->start_all_gather(std::move(out), std::move(in)); });
 }
 
-// The optimizer's whole state for a checkpoint; ZeRO-1 gathers every rank's moments (every rank
-// calls this, only rank 0 writes), so the format is data parallel's and any world size loads it.
-model::NamedTensors Trainer::optimizer_state() const {
-  if (!zero_) return optim_->state();
-  std::vector<std::string> names;
-  for (const auto& [n, p] : params_) names.push_back(n);
-  Comm* comm = req_.comm;
-  return zero_->full_state(names, optim_->state(), [comm](torch::Tensor out, torch::Tensor in) {
-    return comm->start_all_gather(std::move(out), std::move(in));
-  });
-}
+// The optimizer's whole state for a checkpoint (data parallel, one process; under ZeRO-1 each rank
+// writes its own part instead: write_optimizer_shards).
+model::NamedTensors Trainer::optimizer_state() const { return optim_->state(); }
 
 // The distributed optimizer's fp32 master weights, whole, for a checkpoint (every rank calls it:
 // an all-gather per bucket); empty otherwise (the parameters are the fp32 weights).
