@@ -18,10 +18,7 @@ namespace {
 
 constexpr const char* kFormat = "lmforge-checkpoint-manifest/1";
 
-struct FileSum {
-  uint64_t bytes = 0;
-  uint32_t crc = 0;
-};
+using FileSum = FileChecksum;
 
 // Size and CRC-32 of a file, read (not mapped: a file cut short meanwhile is an error, not SIGBUS)
 // in 4 MiB pieces.
@@ -52,7 +49,7 @@ bool is_temp(const std::string& name) { return name.find(".tmp") != std::string:
 
 }  // namespace
 
-absl::Status write_checkpoint_manifest(const std::string& dir) {
+absl::Status write_checkpoint_manifest(const std::string& dir, const std::map<std::string, FileChecksum>& known) {
   std::vector<std::string> names;
   std::error_code ec;
   for (const auto& e : fs::directory_iterator(dir, ec)) {
@@ -63,7 +60,12 @@ absl::Status write_checkpoint_manifest(const std::string& dir) {
   std::sort(names.begin(), names.end());
   Json files = Json::object();
   for (const auto& n : names) {
-    LM_ASSIGN_OR_RETURN(FileSum s, sum_file((fs::path(dir) / n).string()));
+    FileSum s;
+    if (auto k = known.find(n); k != known.end()) {
+      s = k->second;
+    } else {
+      LM_ASSIGN_OR_RETURN(s, sum_file((fs::path(dir) / n).string()));
+    }
     files[n] = {{"bytes", s.bytes}, {"crc32", hex32(s.crc)}};
   }
   const Json m = {{"format", kFormat}, {"algorithm", "crc32"}, {"files", files}};

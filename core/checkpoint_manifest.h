@@ -10,6 +10,8 @@
 // export (the files they read).
 #pragma once
 
+#include <cstdint>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -19,9 +21,15 @@ namespace lm {
 
 inline constexpr const char* kManifestName = "manifest.json";
 
+struct FileChecksum {
+  uint64_t bytes = 0;
+  uint32_t crc = 0;
+};
+
 // Records the size and CRC-32 of every regular file in `dir` (not the manifest, not temp files)
-// in `dir`/manifest.json (written atomically).
-absl::Status write_checkpoint_manifest(const std::string& dir);
+// in `dir`/manifest.json (written atomically). Files in `known` take the sums given there (taken
+// by the process that wrote them: the ranks' optimizer files), unread.
+absl::Status write_checkpoint_manifest(const std::string& dir, const std::map<std::string, FileChecksum>& known = {});
 
 // Checks `files` of checkpoint folder `dir` (every file the manifest lists when empty) against
 // its manifest: each is there, of the recorded size and CRC. DataLoss naming the file with both

@@ -29,7 +29,9 @@ absl::StatusOr<std::string> find_checkpoint(const std::string& run_dir, int64_t 
     LM_RETURN_IF_ERROR(RunFolder(run_dir).check_step(step, "--step"));
     dir = RunFolder(run_dir).checkpoint(step);
   }
-  for (const char* f : {"model.safetensors", "optimizer.safetensors", "trainer.json"}) {
+  // A ZeRO-1 checkpoint holds optimizer.index.json and the ranks' files instead of optimizer.safetensors.
+  const bool sharded = fs::exists(fs::path(dir) / "optimizer.index.json");
+  for (const char* f : {"model.safetensors", sharded ? "optimizer.index.json" : "optimizer.safetensors", "trainer.json"}) {
     if (!fs::exists(fs::path(dir) / f))
       return absl::NotFoundError(absl::StrCat(dir, ": checkpoint is missing ", f,
                                               " (incomplete or damaged; read another checkpoint with --step N)"));

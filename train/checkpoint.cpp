@@ -12,6 +12,7 @@
 #include "core/file.h"
 #include "core/run_folder.h"
 #include "model/safetensors.h"
+#include "train/sharded_checkpoint.h"
 
 namespace lm::train {
 namespace fs = std::filesystem;
@@ -25,10 +26,15 @@ absl::Status write_checkpoint_folder(const fs::path& tmp, const fs::path& final_
     return absl::InternalError(absl::StrCat(tmp.string(), ": cannot create: ", ec.message()));
   // write_file_atomic fsyncs each file; fsync_tree below makes the folder entries durable.
   LM_RETURN_IF_ERROR(model::save_safetensors((tmp / "model.safetensors").string(), snap.model, {{"format", "pt"}}));
-  LM_RETURN_IF_ERROR(model::save_safetensors((tmp / "optimizer.safetensors").string(), snap.optimizer));
+  std::map<std::string, FileChecksum> sums;  // the ranks' files: summed by the rank that wrote each
+  if (snap.optimizer_parts.empty()) {
+    LM_RETURN_IF_ERROR(model::save_safetensors((tmp / "optimizer.safetensors").string(), snap.optimizer));
+  } else {
+    LM_RETURN_IF_ERROR(adopt_optimizer_shards(snap.optimizer_parts, snap.world, snap.optimizer_steps, tmp.string(), &sums));
+  }
   LM_RETURN_IF_ERROR(write_json_file((tmp / "trainer.json").string(), snap.trainer_state));
   // Last: each file's size and CRC-32 as written (core/checkpoint_manifest.h).
-  LM_RETURN_IF_ERROR(write_checkpoint_manifest(tmp.string()));
+  LM_RETURN_IF_ERROR(write_checkpoint_manifest(tmp.string(), sums));
   LM_RETURN_IF_ERROR(fsync_tree(tmp.string()));
   // A complete copy of this step that `latest` does not name yet.
   LM_RETURN_IF_ERROR(remove_tree(final_dir.string()));
@@ -53,12 +59,17 @@ void prune_checkpoints(const fs::path& root, const std::string& keep, int64_t ke
 }
 
 // Temp folders of this step a killed writer left ("step-N.tmp", "step-N.tmp.<pid>"): they hold
-// space. Only under the run lock (core/run_lock.h) is no other writer alive to own one.
+// space. Only under the run lock (core/run_lock.h) is no other writer alive to own one. And the
+// ranks' optimizer files of an earlier step that never became a checkpoint ("step-M.parts", M < N:
+// the ranks may be writing those of a later step meanwhile).
 void remove_leftovers(const fs::path& root, const std::string& name) {
   std::error_code ec;
   std::vector<fs::path> old;
-  for (const auto& e : fs::directory_iterator(root, ec))
-    if (e.path().filename().string().rfind(name + ".tmp", 0) == 0) old.push_back(e.path());
+  for (const auto& e : fs::directory_iterator(root, ec)) {
+    const std::string n = e.path().filename().string();
+    const bool parts = n.size() > 6 && n.compare(n.size() - 6, 6, ".parts") == 0 && n < name;  // step names sort
+    if (n.rfind(name + ".tmp", 0) == 0 || parts) old.push_back(e.path());
+  }
   for (const auto& p : old) (void)remove_tree(p.string());  // retried at the next write of this step
 }
 
@@ -119,6 +130,7 @@ absl::Status write_checkpoint(const std::string& run_dir, const CheckpointSnapsh
     if (!st.ok()) {
       // Disk full or a write error: drop the partial folder (it holds space) and say what is left.
       (void)remove_tree(tmp.string());
+      if (!snap.optimizer_parts.empty()) (void)remove_tree(snap.optimizer_parts);
       const std::string kept = current.ok() ? *current + " (untouched, resume from it with --resume)"
                                             : std::string("none yet");
       return absl::Status(st.code(), absl::StrCat("checkpoint ", name, " not written: ", st.message(),
@@ -126,6 +138,7 @@ absl::Status write_checkpoint(const std::string& run_dir, const CheckpointSnapsh
     }
     LM_RETURN_IF_ERROR(write_file_atomic(run.latest(), name + "\n"));
   }
+  if (!snap.optimizer_parts.empty()) (void)remove_tree(snap.optimizer_parts);  // the records (or an unused step's files)
   prune_checkpoints(root, name, keep_last);
   return absl::OkStatus();
 }
@@ -171,6 +184,7 @@ double CheckpointWriter::last_write_s() const {
 }
 
 absl::Status load_optimizer(const std::string& ckpt_dir, AdamW& optim) {
+  if (has_optimizer_index(ckpt_dir)) return load_sharded_optimizer(ckpt_dir, optim);
   const std::string path = (fs::path(ckpt_dir) / "optimizer.safetensors").string();
   LM_ASSIGN_OR_RETURN(auto f, model::load_safetensors(path));
   return optim.load_state(f.tensors, path);

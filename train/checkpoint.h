@@ -34,6 +34,11 @@ struct CheckpointSnapshot {
   int64_t step = 0;
   model::NamedTensors model, optimizer;
   Json trainer_state;
+  // ZeRO-1 (train/sharded_checkpoint.h): `optimizer` is empty and the optimizer is the `world`
+  // ranks' files in `optimizer_parts` (checkpoints/step-N.parts), with AdamW's step counts.
+  std::string optimizer_parts;
+  int world = 1;
+  Json optimizer_steps;
 };
 // `copy` false shares the CPU tensors instead (a synchronous write, nothing changes meanwhile).
 CheckpointSnapshot snapshot_checkpoint(int64_t step, model::Transformer& model, const AdamW& optim,
@@ -77,6 +82,7 @@ class CheckpointWriter {
 };
 
 
+// optimizer.safetensors, or (a ZeRO-1 checkpoint) this process's elements of the ranks' files.
 absl::Status load_optimizer(const std::string& ckpt_dir, AdamW& optim);
 
 // CPU generator state as hex, and back.

@@ -92,7 +92,8 @@ const std::vector<FlagAlias>& flag_aliases() {
        "on|off: recompute each block's activations in backward (less memory, one more forward; default off)"},
       {"--ddp-bucket-mb", "distributed.bucket_mb", "gradient all-reduce bucket cap in MiB (default 25)"},
       {"--zero", "distributed.zero",
-       "0|1: 1 shards AdamW's moments over the data-parallel ranks (ZeRO-1: each keeps 1/world; "
+       "0|1: 1 shards AdamW's moments over the data-parallel ranks (ZeRO-1: each keeps 1/world and writes "
+       "its own checkpoint file, which a resume on any number of ranks reads; "
        "e.g. torchrun --nproc-per-node 8 lmtrain fit ... --zero 1); default 0"},
       {"--master-weights", "distributed.master_weights",
        "whole|sharded: sharded (with --zero 1, bf16) trains bf16 matmul weights with their fp32 master "

@@ -148,26 +148,47 @@ model::NamedTensors AdamW::state() const {
 
 absl::Status AdamW::load_state(const model::NamedTensors& state, const std::string& source) {
   std::map<std::string, torch::Tensor> m(state.begin(), state.end());
-  auto it = m.find("__step__");
-  if (it == m.end()) return absl::DataLossError(source + ": no __step__ tensor (not an lmforge optimizer state)");
+  std::map<std::string, int64_t> steps;
+  for (const auto& [name, t] : state)
+    if (name.rfind("__step__", 0) == 0) steps[name] = t.item<int64_t>();
+  // The whole moment, or (parts) this rank's elements of it.
+  auto read = [&](const std::string& key, at::IntArrayRef shape, int64_t begin, torch::Tensor out) -> absl::Status {
+    auto f = m.find(key);
+    if (f == m.end()) return absl::DataLossError(source + ": missing " + key);
+    if (f->second.sizes() != shape)
+      return absl::FailedPreconditionError(source + ": " + key + " has another shape (other preset?)");
+    out.copy_(f->second.reshape({-1}).narrow(0, begin, out.numel()));
+    return absl::OkStatus();
+  };
+  return load_state(read, steps, source);
+}
+
+absl::Status AdamW::load_state(const MomentReader& read, const std::map<std::string, int64_t>& steps,
+                               const std::string& source) {
+  auto it = steps.find("__step__");
+  if (it == steps.end()) return absl::DataLossError(source + ": no __step__ tensor (not an lmforge optimizer state)");
   torch::NoGradGuard no_grad;
   for (auto& s : slots_) {
     for (auto* pair : {&s.exp_avg, &s.exp_avg_sq}) {
       const std::string key = s.name + (pair == &s.exp_avg ? ".exp_avg" : ".exp_avg_sq");
-      auto f = m.find(key);
-      if (f == m.end()) return absl::DataLossError(source + ": missing " + key);
-      if (f->second.sizes() != s.owner.sizes())
-        return absl::FailedPreconditionError(source + ": " + key + " has another shape (other preset?)");
-      // The whole moment, or (parts) this rank's elements of it.
-      pair->copy_(f->second.reshape({-1}).narrow(0, s.begin, pair->numel()).view(pair->sizes()));
+      auto flat = torch::empty({pair->numel()}, pair->options().device(torch::kCPU));
+      LM_RETURN_IF_ERROR(read(key, s.owner.sizes(), s.begin, flat));
+      pair->copy_(flat.view(pair->sizes()));
     }
   }
   for (int g = 0; g < kParamGroups; ++g) {
-    auto own = m.find(absl::StrCat("__step__.", group_name(static_cast<ParamGroup>(g))));
-    loaded_t_[g] = (own != m.end() ? own->second : it->second).item<int64_t>();
+    auto own = steps.find(absl::StrCat("__step__.", group_name(static_cast<ParamGroup>(g))));
+    loaded_t_[g] = own != steps.end() ? own->second : it->second;
   }
   for (auto& [key, step] : step_tensors_) step.fill_(static_cast<double>(loaded_t_[key.second]));
   return absl::OkStatus();
+}
+
+std::vector<AdamW::MomentPart> AdamW::moment_parts() const {
+  std::vector<MomentPart> out;
+  for (const auto& s : slots_)
+    out.push_back({s.name, s.owner.sizes().vec(), s.begin, s.param.numel(), s.exp_avg, s.exp_avg_sq});
+  return out;
 }
 
 int64_t AdamW::moment_bytes() const {

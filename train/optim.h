@@ -4,6 +4,7 @@
 
 #include <torch/torch.h>
 
+#include <functional>
 #include <map>
 #include <string>
 #include <vector>
@@ -58,13 +59,31 @@ class AdamW {
 
   // "<param>.exp_avg", "<param>.exp_avg_sq", "__step__" (the most steps of any group) and
   // "__step__.<group>" (a read). A state without the per-group counts (before groups) loads
-  // "__step__" into every group. With parts, the moments are this rank's parts ([len]) and
-  // OptimizerShards::full_state assembles the whole; load_state always takes whole moments and
-  // keeps this rank's parts of them (so any world size loads any checkpoint).
+  // "__step__" into every group. With parts, the moments are this rank's parts ([len]) (a ZeRO-1
+  // checkpoint writes them per rank: train/sharded_checkpoint.h); load_state takes whole moments and
+  // keeps this rank's parts of them, or reads just those (the MomentReader overload below).
   model::NamedTensors state() const;
   // Bytes of the moments this process holds (exp_avg + exp_avg_sq).
   int64_t moment_bytes() const;
   absl::Status load_state(const model::NamedTensors& state, const std::string& source);
+
+  // What a per-rank checkpoint file holds (train/sharded_checkpoint.h): each parameter's moments
+  // over elements [begin, begin + len) of the flattened parameter of `shape` (the whole without parts).
+  struct MomentPart {
+    std::string name;
+    std::vector<int64_t> shape;
+    int64_t begin = 0, len = 0;
+    torch::Tensor exp_avg, exp_avg_sq;  // [len] (parts) or the parameter's shape
+  };
+  std::vector<MomentPart> moment_parts() const;
+  // Fills `out` (`out.numel()` elements, contiguous) with elements [begin, begin + out.numel()) of
+  // the flattened moment `key` ("<param>.exp_avg", ...) of a parameter of `shape`.
+  using MomentReader =
+      std::function<absl::Status(const std::string& key, at::IntArrayRef shape, int64_t begin, torch::Tensor out)>;
+  // load_state with the moments read piecewise (only this rank's elements) and the step counts
+  // ("__step__", "__step__.<group>") given: any world size loads any layout.
+  absl::Status load_state(const MomentReader& read, const std::map<std::string, int64_t>& steps,
+                          const std::string& source);
 
  private:
   struct Slot {

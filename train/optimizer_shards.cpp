@@ -136,19 +136,6 @@ GradNorm OptimizerShards::clip_grad_norm(double max_norm, const StartSum& all_re
   return {total, first_bad, std::move(present)};
 }
 
-std::function<void()> OptimizerShards::gather(size_t b, const std::vector<torch::Tensor>& values, bool whole,
-                                              const torch::Tensor& send, const torch::Tensor& out,
-                                              const StartCollective& all_gather) const {
-  send.zero_();
-  for (size_t k : plan_[b].params) {
-    const ParamPart& part = parts_[k];
-    if (part.len == 0) continue;
-    auto src = whole ? values[k].detach().reshape({-1}).narrow(0, part.begin, part.len) : values[k].reshape({-1});
-    send.narrow(0, shard_offset_[k], part.len).copy_(src);
-  }
-  return all_gather(out, send);
-}
-
 void OptimizerShards::gather_params(const StartCollective& all_gather) {
   torch::NoGradGuard no_grad;
   // AdamW updated this rank's shard inside weights_ (the parameters are views of it); the gradient
@@ -164,42 +151,6 @@ void OptimizerShards::gather_params(const StartCollective& all_gather) {
     waits.push_back(all_gather(weights_[b], send));
   }
   for (auto& w : waits) w();
-}
-
-model::NamedTensors OptimizerShards::full_state(const std::vector<std::string>& names, const model::NamedTensors& local,
-                                                const StartCollective& all_gather) const {
-  torch::NoGradGuard no_grad;
-  TORCH_CHECK(names.size() == params_.size(), "OptimizerShards::full_state: ", names.size(), " names for ",
-              params_.size(), " parameters");
-  std::map<std::string, torch::Tensor> by_name(local.begin(), local.end());
-  model::NamedTensors out;
-  for (const auto& [name, t] : local)
-    if (name.rfind("__step__", 0) == 0) out.emplace_back(name, t);
-  // One bucket at a time, each whole moment straight to host memory: the device holds one
-  // bucket's worth more, not the whole moments this rank does not keep.
-  std::map<std::string, torch::Tensor> whole;
-  for (const char* suffix : {".exp_avg", ".exp_avg_sq"}) {
-    std::vector<torch::Tensor> values;
-    for (const auto& n : names) {
-      auto it = by_name.find(n + suffix);
-      TORCH_CHECK(it != by_name.end(), "OptimizerShards::full_state: no ", n, suffix, " in the local state");
-      values.push_back(it->second);
-    }
-    for (size_t b = 0; b < plan_.size(); ++b) {
-      auto send = torch::empty_like(shards_[b]), flat = torch::empty_like(flats_[b]);
-      gather(b, values, /*whole=*/false, send, flat, all_gather)();
-      for (size_t j = 0; j < plan_[b].params.size(); ++j) {
-        const size_t k = plan_[b].params[j];
-        whole[names[k] + suffix] =
-            flat.narrow(0, plan_[b].offset[j], params_[k].numel()).view(params_[k].sizes()).to(torch::kCPU, false, true);
-      }
-    }
-  }
-  for (const auto& n : names) {  // AdamW::state()'s order
-    out.emplace_back(n + ".exp_avg", whole.at(n + ".exp_avg"));
-    out.emplace_back(n + ".exp_avg_sq", whole.at(n + ".exp_avg_sq"));
-  }
-  return out;
 }
 
 }  // namespace lm::train

@@ -77,19 +77,8 @@ class OptimizerShards {
   model::NamedTensors master_weights(const std::vector<std::string>& names, const StartCollective& all_gather) const;
   // Bytes of the fp32 master weights this rank holds (0 without bf16_working).
   int64_t master_bytes() const;
-  // AdamW's state with each parameter's whole moments (every rank's parts gathered, on the host):
-  // the format of a data-parallel checkpoint. Every rank must call it (collectives).
-  // `names`: the parameters' names, in `params`' order (AdamW's keys are "<name>.exp_avg", ...).
-  model::NamedTensors full_state(const std::vector<std::string>& names, const model::NamedTensors& local,
-                                 const StartCollective& all_gather) const;
 
  private:
-  // Starts the all-gather of bucket b: this rank's part of `values` (one tensor per parameter:
-  // its [len] part, or the whole parameter when `whole`) written into `send` (padding zero), and
-  // every rank's gathered into `out` ([numel]). Returns the wait.
-  std::function<void()> gather(size_t b, const std::vector<torch::Tensor>& values, bool whole, const torch::Tensor& send,
-                               const torch::Tensor& out, const StartCollective& all_gather) const;
-
   std::vector<torch::Tensor> params_;
   int rank_ = 0, world_ = 1;
   std::vector<BucketPlan> plan_;

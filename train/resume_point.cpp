@@ -11,6 +11,7 @@
 #include "core/run_folder.h"
 #include "model/checkpoint_reader.h"
 #include "model/safetensors.h"
+#include "train/sharded_checkpoint.h"
 
 namespace lm::train {
 namespace fs = std::filesystem;
@@ -33,14 +34,20 @@ std::vector<int64_t> step_folders(const RunFolder& run) {
 // trainer.json readable and of this step. One written before manifests existed is parsed whole
 // instead (a truncated file fails there).
 absl::Status check_candidate(const std::string& dir, int64_t step, bool* unverified, int* threads) {
-  LM_RETURN_IF_ERROR(verify_checkpoint(dir, {"model.safetensors", "optimizer.safetensors", "trainer.json"}, unverified));
+  // optimizer.safetensors, or a ZeRO-1 checkpoint's index and every rank's file it names.
+  if (has_optimizer_index(dir)) LM_RETURN_IF_ERROR(verify_checkpoint(dir, {kOptimizerIndex}, unverified));
+  LM_ASSIGN_OR_RETURN(std::vector<std::string> files, optimizer_files(dir));
+  files.insert(files.begin(), "model.safetensors");
+  files.push_back("trainer.json");
+  LM_RETURN_IF_ERROR(verify_checkpoint(dir, files, unverified));
   LM_ASSIGN_OR_RETURN(Json state, model::read_trainer_state(dir));
   if (!state["step"].is_number_integer() || state["step"].get<int64_t>() != step)
     return absl::DataLossError(absl::StrCat(dir, "/trainer.json: step ", state["step"].dump(),
                                             " but the folder is step ", step, " (edited or moved)"));
   *threads = state.value("threads", 0);
   if (*unverified) {
-    for (const char* f : {"model.safetensors", "optimizer.safetensors"}) {
+    for (const std::string& f : files) {
+      if (f.size() < 12 || f.compare(f.size() - 12, 12, ".safetensors") != 0) continue;
       auto file = model::load_safetensors((fs::path(dir) / f).string());
       if (!file.ok()) return file.status();
     }

@@ -20,6 +20,7 @@
 #include "model/transformer.h"
 #include "model/verify.h"
 #include "train/checkpoint.h"
+#include "train/sharded_checkpoint.h"
 #include "train/device.h"
 #include "train/distributed.h"
 #include "train/grad_sync.h"
@@ -292,6 +293,9 @@ absl::StatusOr<std::vector<bool>> Trainer::sharded_master_params() const {
 }
 
 absl::Status Trainer::restore_or_start() {
+  // The ranks' optimizer files of a step a killed run never committed (no rank writes yet: the
+  // others wait in check_same_resume).
+  if (main_rank_) remove_parts_leftovers(req_.run_dir);
   if (!req_.resume) return write_run_config();
   ResumePoint point;
   if (req_.resume_point) {
@@ -679,17 +683,9 @@ void Trainer::apply_update(const StepResult& r, const torch::Tensor& found_inf) 
   zero_->gather_params([comm](torch::Tensor out, torch::Tensor in) { return comm->start_all_gather(std::move(out), std::move(in)); });
 }
 
-// The optimizer's whole state for a checkpoint; ZeRO-1 gathers every rank's moments (every rank
-// calls this, only rank 0 writes), so the format is data parallel's and any world size loads it.
-model::NamedTensors Trainer::optimizer_state() const {
-  if (!zero_) return optim_->state();
-  std::vector<std::string> names;
-  for (const auto& [n, p] : params_) names.push_back(n);
-  Comm* comm = req_.comm;
-  return zero_->full_state(names, optim_->state(), [comm](torch::Tensor out, torch::Tensor in) {
-    return comm->start_all_gather(std::move(out), std::move(in));
-  });
-}
+// The optimizer's whole state for a checkpoint (data parallel, one process; under ZeRO-1 each rank
+// writes its own part instead: write_optimizer_shards).
+model::NamedTensors Trainer::optimizer_state() const { return optim_->state(); }
 
 // The distributed optimizer's fp32 master weights, whole, for a checkpoint (every rank calls it:
 // an all-gather per bucket); empty otherwise (the parameters are the fp32 weights).
@@ -1101,21 +1097,49 @@ absl::Status Trainer::checkpoint(bool wait) {
   last_checkpoint_ = Clock::now();  // on every rank: the minutes count from here
   LM_RETURN_IF_ERROR(read_steps(/*logging_current=*/false));  // no checkpoint past an unread skip
   const auto t0 = Clock::now();
-  // ZeRO-1 gathers the moments on every rank (a collective); otherwise only rank 0 reads its own
-  // (the per-group step counts it reads are a host sync on a GPU).
+  // ZeRO-1: every rank writes its own part of the moments (train/sharded_checkpoint.h) and the
+  // ranks agree it is written; rank 0's writer commits them with the step. Otherwise only rank 0
+  // reads its own (the per-group step counts it reads are a host sync on a GPU).
+  const std::string parts_dir = checkpoint_parts_dir(req_.run_dir, step_);
+  if (zero_) LM_RETURN_IF_ERROR(write_optimizer_shards(parts_dir));
   model::NamedTensors optimizer, masters;
-  if (zero_ || main_rank_) optimizer = optimizer_state();
-  if (zero_) masters = master_weights();
+  if (!zero_ && main_rank_) optimizer = optimizer_state();
+  if (zero_) masters = master_weights();  // the distributed optimizer's fp32 weights, whole, for model.safetensors
   if (!main_rank_) return absl::OkStatus();
   metrics_.flush();
   if (!writer_) writer_ = std::make_unique<CheckpointWriter>(req_.run_dir, tc_.checkpoint.keep_last);
-  LM_RETURN_IF_ERROR(writer_->start(snapshot_checkpoint(step_, model_, optimizer, trainer_state(), masters)));
+  CheckpointSnapshot snap = snapshot_checkpoint(step_, model_, optimizer, trainer_state(), masters);
+  if (zero_) {
+    snap.optimizer_parts = parts_dir;
+    snap.world = req_.comm->world();
+    for (const auto& [name, t] : optim_->state())
+      if (name.rfind("__step__", 0) == 0) snap.optimizer_steps[name] = t.item<int64_t>();
+  }
+  LM_RETURN_IF_ERROR(writer_->start(std::move(snap)));
   const double snap_s = since(t0);
   sum_.checkpoint = RunFolder(req_.run_dir).checkpoint(step_);
   if (!wait) return absl::OkStatus();  // the snapshot (snap_s) is all the step pays
   LM_RETURN_IF_ERROR(writer_->wait());
   log_info("checkpoint step %d written in %.2f s (snapshot %.2f s)", step_, since(t0), snap_s);
   return absl::OkStatus();
+}
+
+// ZeRO-1: this rank's file into `parts_dir`, then every rank learns whether all were written (a
+// max on the CPU group). One failed write stops every rank: none commits a step without it.
+absl::Status Trainer::write_optimizer_shards(const std::string& parts_dir) {
+  const int rank = req_.comm->rank(), world = req_.comm->world();
+  const absl::Status st = write_optimizer_shard(parts_dir, rank, world, *optim_);
+  const int64_t failed = req_.comm->host_max(st.ok() ? 0 : rank + 1);  // the highest failed rank + 1
+  if (failed == 0) return absl::OkStatus();
+  auto latest = latest_checkpoint(req_.run_dir);
+  const std::string kept = latest.ok() ? *latest + " (untouched, resume from it with --resume)" : std::string("none yet");
+  const std::string name = RunFolder::step_name(step_);
+  if (!st.ok())
+    return absl::Status(st.code(), absl::StrCat("checkpoint ", name, " not written: rank ", rank, "'s optimizer file: ",
+                                                st.message(), "; last good checkpoint: ", kept));
+  return absl::AbortedError(absl::StrCat("checkpoint ", name, " not written: rank ", failed - 1, " could not write ",
+                                         parts_dir, "/", optimizer_rank_file(static_cast<int>(failed) - 1, world),
+                                         " (its log says why); last good checkpoint: ", kept));
 }
 
 Json Trainer::trainer_state() const {

@@ -209,6 +209,7 @@ class Trainer {
   void write_tensorboard(const Json& line);
   absl::Status checkpoint_if_due();
   absl::Status checkpoint(bool wait);
+  absl::Status write_optimizer_shards(const std::string& parts_dir);
   Stop stop_policy();
   void announce_stop(Stop why);
   bool can_drop_step() const;

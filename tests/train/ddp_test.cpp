@@ -15,83 +15,11 @@
 #include "core/config.h"
 #include "train/checkpoint.h"
 #include "train/config.h"
+#include "tests/train/ddp_harness.h"
 
 namespace {
 namespace fs = std::filesystem;
-
-const std::string kWorker = LM_BINARY_DIR "/tests/train/ddp_worker";
-
-fs::path tmp(const std::string& name) {
-  auto p = fs::temp_directory_path() / ("lm_ddp_" + std::to_string(getpid())) / name;
-  fs::remove_all(p);
-  fs::create_directories(p.parent_path());
-  return p;
-}
-
-// A port the kernel reports free: bind port 0 on loopback, read the port, close. (A port drawn from
-// a pid/time-seeded RNG once gave two tests that ctest ran in parallel the same port: adjacent pids
-// a second apart make the same seed.) Another process could take it before TCPStore binds it;
-// the kernel hands out ephemeral ports in sequence, so that does not happen between tests here.
-int free_port() {
-  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  if (fd < 0) return 29500;
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  a.sin_port = 0;
-  socklen_t len = sizeof(a);
-  int port = 29500;
-  if (::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)) == 0 &&
-      ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len) == 0)
-    port = ntohs(a.sin_port);
-  ::close(fd);
-  return port;
-}
-
-// Runs `world` ranks of the worker concurrently; returns the first nonzero exit code. `env` adds
-// worker knobs ("LM_DDP_OVERLAP=0 LM_DDP_ACCUM=2 ...", see ddp_worker.cpp).
-int run(int world, const fs::path& dir, int steps, int stop_at, bool resume, const fs::path& losses,
-        const std::string& env = "", int port = 0, const std::string& log = "") {
-  if (port == 0) port = free_port();
-  const std::string redirect = log.empty() ? "" : " >> " + log + " 2>&1";
-  std::string cmd;
-  for (int r = 0; r < world; ++r) {
-    cmd += env + " RANK=" + std::to_string(r) + " LOCAL_RANK=" + std::to_string(r) + " WORLD_SIZE=" +
-           std::to_string(world) + " MASTER_ADDR=127.0.0.1 MASTER_PORT=" + std::to_string(port) + " " +
-           kWorker + " " + dir.string() + " " + std::to_string(steps) + " 8 " + std::to_string(stop_at) +
-           " " + (resume ? "1" : "0") + " " + losses.string() + redirect + " & ";
-  }
-  cmd = "bash -c '" + cmd + " rc=0; for j in $(jobs -p); do wait $j || rc=$?; done; exit $rc'";
-  int status = std::system(cmd.c_str());
-  return WIFEXITED(status) ? WEXITSTATUS(status) : 1;
-}
-
-std::vector<double> read_losses(const fs::path& p) {
-  std::ifstream in(p);
-  std::vector<double> v;
-  std::string line;
-  while (std::getline(in, line)) v.push_back(std::strtod(line.c_str(), nullptr));
-  return v;
-}
-
-// Pre-clip gradient norm of every step, from the metrics rank 0 writes.
-std::vector<double> grad_norms(const fs::path& run) {
-  std::ifstream in(run / "metrics.jsonl");
-  std::vector<double> v;
-  std::string line;
-  while (std::getline(in, line)) v.push_back(lm::Json::parse(line)["grad_norm"].get<double>());
-  return v;
-}
-
-std::vector<torch::Tensor> weights(const fs::path& run) {
-  auto ck = lm::train::latest_checkpoint(run.string());
-  EXPECT_TRUE(ck.ok()) << ck.status();
-  auto f = lm::model::load_safetensors(*ck + "/model.safetensors");
-  EXPECT_TRUE(f.ok()) << f.status();
-  std::vector<torch::Tensor> out;
-  for (auto& [n, t] : f->tensors) out.push_back(t);
-  return out;
-}
+using namespace lm::train::ddp_harness;
 
 TEST(DataParallel, TwoRanksEqualOneRankSameGlobalBatch) {
   auto one = tmp("one"), two = tmp("two");
@@ -398,17 +326,6 @@ TEST(DataParallel, TorchrunWithAgentStoreEqualsOneRank) {
 // ---- ZeRO-1 (distributed.zero 1, train/optimizer_shards.h) against plain data parallel ----
 
 namespace {
-
-// Tensors of a file of the latest checkpoint, by name.
-std::map<std::string, torch::Tensor> checkpoint_tensors(const fs::path& run, const std::string& file) {
-  auto ck = lm::train::latest_checkpoint(run.string());
-  EXPECT_TRUE(ck.ok()) << ck.status();
-  auto f = lm::model::load_safetensors(*ck + "/" + file);
-  EXPECT_TRUE(f.ok()) << f.status();
-  std::map<std::string, torch::Tensor> out;
-  for (auto& [n, t] : f->tensors) out[n] = t;
-  return out;
-}
 
 int64_t read_int(const std::string& path) {
   std::ifstream in(path);
