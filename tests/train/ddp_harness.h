@@ -17,6 +17,7 @@
 #include "core/config.h"
 #include "model/safetensors.h"
 #include "train/checkpoint.h"
+#include "train/config.h"
 #include "train/sharded_checkpoint.h"
 
 namespace lm::train::ddp_harness {
@@ -95,6 +96,37 @@ inline std::vector<torch::Tensor> weights(const fs::path& run) {
   std::vector<torch::Tensor> out;
   for (auto& [n, t] : f->tensors) out.push_back(t);
   return out;
+}
+
+// Both runs' latest weights agree within 1% of one step's update per element (the bound of every
+// comparison whose runs differ only in the order a sum runs: another number of ranks, a resume at
+// another world size); returns the largest difference.
+inline double expect_weights_within_a_step(const fs::path& a, const fs::path& b, const std::string& what = "") {
+  const auto wa = weights(a), wb = weights(b);
+  EXPECT_EQ(wa.size(), wb.size()) << what;
+  const double bound = 0.01 * lm::train::TrainConfig{}.optimizer.lr;
+  double worst = 0;
+  for (size_t i = 0; i < std::min(wa.size(), wb.size()); ++i) {
+    const double d = (wa[i] - wb[i]).abs().max().item<double>();
+    worst = std::max(worst, d);
+    EXPECT_LE(d, bound) << "tensor " << i << " " << what;
+  }
+  return worst;
+}
+
+// A run stopped at step 3 (losses in PART.a) and resumed on another layout (PART.b) against the
+// unbroken run FULL: steps 1-3 exactly its losses, the later ones within 1e-5 (the rows are the same,
+// their sum runs in another order), and its weights within a step's 1%.
+inline void expect_resumed_as_unbroken(const fs::path& full, const fs::path& part, const std::string& what) {
+  const auto f = read_losses(full.string() + ".losses");
+  auto a = read_losses(part.string() + ".a"), b = read_losses(part.string() + ".b");
+  a.insert(a.end(), b.begin(), b.end());
+  ASSERT_EQ(a.size(), f.size()) << what;
+  for (size_t i = 0; i < f.size(); ++i) {
+    if (i < 3) EXPECT_EQ(a[i], f[i]) << "step " << i + 1 << " " << what;
+    else EXPECT_NEAR(a[i], f[i], 1e-5) << "step " << i + 1 << " " << what;
+  }
+  expect_weights_within_a_step(full, part, what);
 }
 
 // Tensors of a file of the latest checkpoint, by name. "optimizer.safetensors" is the whole

@@ -73,11 +73,7 @@ TEST(DataParallel, TwoRanksEqualOneRankThroughTheEmbeddingsOnlyStage) {
   ASSERT_EQ(lp.size(), 6u);
   EXPECT_EQ(lp[0], l1[0]) << "step 1 starts from the same weights";
   EXPECT_GT(std::abs(lp[1] - l1[1]), 1e-6) << "step 2 after an embeddings-only step 1";
-  auto w1 = weights(one), w2 = weights(two);
-  ASSERT_EQ(w1.size(), w2.size());
-  const double bound = 0.01 * lm::train::TrainConfig{}.optimizer.lr;
-  for (size_t i = 0; i < w1.size(); ++i)
-    EXPECT_LE((w1[i] - w2[i]).abs().max().item<double>(), bound) << "tensor " << i;
+  expect_weights_within_a_step(one, two);
 }
 
 TEST(DataParallel, TwoRankRunResumesExactly) {
@@ -113,7 +109,6 @@ TEST(DataParallel, ResumeOnAnotherNumberOfRanksSeesTheSameRows) {
   ASSERT_EQ(run(2, full, 6, -1, false, full.string() + ".losses"), 0);
   const auto f = read_losses(full.string() + ".losses");
   ASSERT_EQ(f.size(), 6u);
-  const auto wf = weights(full);
   // 1 rank x 8 rows, 4 ranks x 2, 1 rank x 4 rows x 2 micro-batches (the cursor's count re-dealt),
   // and a ZeRO-1 run (moments sharded over 2 ranks, gathered whole into the checkpoint) resumed as
   // ZeRO-1 on 4 ranks.
@@ -132,16 +127,7 @@ TEST(DataParallel, ResumeOnAnotherNumberOfRanksSeesTheSameRows) {
     unsetenv("LM_DDP_ZERO");
     ASSERT_EQ(rc_a, 0);
     ASSERT_EQ(rc, 0) << "resumed on " << world << " x accum " << c.accum << (c.zero ? " (ZeRO-1)" : "");
-    auto a = read_losses(part.string() + ".a"), b = read_losses(part.string() + ".b");
-    a.insert(a.end(), b.begin(), b.end());
-    ASSERT_EQ(a.size(), f.size()) << world;
-    for (size_t i = 0; i < 3; ++i) EXPECT_EQ(a[i], f[i]) << "step " << i + 1;
-    for (size_t i = 3; i < f.size(); ++i) EXPECT_NEAR(a[i], f[i], 1e-5) << "step " << i + 1 << " on " << world;
-    const auto wp = weights(part);
-    ASSERT_EQ(wp.size(), wf.size());
-    const double bound = 0.01 * lm::train::TrainConfig{}.optimizer.lr;
-    for (size_t i = 0; i < wf.size(); ++i)
-      EXPECT_LE((wf[i] - wp[i]).abs().max().item<double>(), bound) << "tensor " << i << " on " << world;
+    expect_resumed_as_unbroken(full, part, "on " + std::to_string(world));
   }
 }
 
@@ -397,10 +383,7 @@ TEST(ZeroOne, ClippingUsesTheGlobalNorm) {
   ASSERT_EQ(lz.size(), ld.size());
   for (size_t i = 0; i < ld.size(); ++i) EXPECT_NEAR(lz[i] / ld[i], 1.0, 1e-6) << "step " << i + 1;
   // Weights: as TwoRanksEqualOneRankSameGlobalBatch, 1% of one step per element.
-  auto wd = weights(ddp), wz = weights(zero);
-  ASSERT_EQ(wd.size(), wz.size());
-  const double bound = 0.01 * lm::train::TrainConfig{}.optimizer.lr;
-  for (size_t i = 0; i < wd.size(); ++i) EXPECT_LE((wd[i] - wz[i]).abs().max().item<double>(), bound) << i;
+  expect_weights_within_a_step(ddp, zero);
 }
 
 // A ZeRO-1 run stopped at step 3 and resumed equals the uninterrupted one bit for bit; its
@@ -441,15 +424,7 @@ TEST(ZeroOne, ThreeRanksMatchDataParallel) {
   ASSERT_EQ(ld.size(), 6u);
   ASSERT_EQ(lz.size(), 6u);
   for (size_t i = 0; i < ld.size(); ++i) EXPECT_NEAR(lz[i] / ld[i], 1.0, 1e-6) << "step " << i + 1;
-  auto wd = weights(ddp), wz = weights(zero);
-  ASSERT_EQ(wd.size(), wz.size());
-  const double bound = 0.01 * lm::train::TrainConfig{}.optimizer.lr;
-  double worst = 0;
-  for (size_t i = 0; i < wd.size(); ++i) {
-    const double d = (wd[i] - wz[i]).abs().max().item<double>();
-    worst = std::max(worst, d);
-    EXPECT_LE(d, bound) << "tensor " << i;
-  }
+  const double worst = expect_weights_within_a_step(ddp, zero);
   const int64_t whole = read_int(ddp.string() + ".bytes.0");
   int64_t sum = 0;
   for (int r = 0; r < 3; ++r) {
@@ -549,15 +524,7 @@ TEST(DataParallel, ResumedFromTwoRanksOntoThreeEqualsAThreeRankRun) {
     ASSERT_EQ(f.size(), 6u);
     ASSERT_EQ(a.size(), f.size());
     for (size_t i = 0; i < f.size(); ++i) EXPECT_NEAR(a[i], f[i], 1e-5) << "step " << i + 1;
-    const auto w3 = weights(three), wp = weights(part);
-    ASSERT_EQ(w3.size(), wp.size());
-    const double bound = 0.01 * lm::train::TrainConfig{}.optimizer.lr;
-    double worst = 0;
-    for (size_t i = 0; i < w3.size(); ++i) {
-      const double d = (w3[i] - wp[i]).abs().max().item<double>();
-      worst = std::max(worst, d);
-      EXPECT_LE(d, bound) << "tensor " << i;
-    }
+    const double worst = expect_weights_within_a_step(three, part);
     std::printf("%s: 2 ranks then 3 vs 3 from the start, after 6 steps: max |dw| = %.3g, last losses %.9f / %.9f\n",
                 zero ? "ZeRO-1" : "data parallel", worst, a.back(), f.back());
   }
@@ -585,10 +552,7 @@ TEST(ZeroOne, ThroughTheEmbeddingsOnlyStage) {
   ASSERT_EQ(l1.size(), 6u);
   ASSERT_EQ(lz.size(), 6u);
   for (size_t i = 0; i < l1.size(); ++i) EXPECT_NEAR(l1[i], lz[i], 1e-5) << "ZeRO-1, step " << i + 1;
-  auto w1 = weights(one), wz = weights(zero);
-  ASSERT_EQ(w1.size(), wz.size());
-  const double bound = 0.01 * lm::train::TrainConfig{}.optimizer.lr;
-  for (size_t i = 0; i < w1.size(); ++i) EXPECT_LE((w1[i] - wz[i]).abs().max().item<double>(), bound) << "tensor " << i;
+  expect_weights_within_a_step(one, zero, "ZeRO-1");
   auto lb = read_losses(zb.string() + ".losses"), ld = read_losses(dist.string() + ".losses");
   ASSERT_EQ(lb.size(), 6u);
   ASSERT_EQ(ld.size(), 6u);
