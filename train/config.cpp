@@ -97,7 +97,10 @@ const std::vector<FlagAlias>& flag_aliases() {
        "e.g. torchrun --nproc-per-node 8 lmtrain fit ... --zero 1); default 0"},
       {"--master-weights", "distributed.master_weights",
        "whole|sharded: sharded (with --zero 1, bf16) trains bf16 matmul weights with their fp32 master "
-       "weights sharded over the ranks (the distributed optimizer; e.g. ... --zero 1 --master-weights sharded)"}};
+       "weights sharded over the ranks (the distributed optimizer; e.g. ... --zero 1 --master-weights sharded)"},
+      {"--reduce-dtype", "distributed.reduce_dtype",
+       "fp32|bf16: what the gradient all-reduce / reduce-scatter carries; bf16 halves the bytes on the wire "
+       "(rounds each rank's gradient; default fp32)"}};
   return kAliases;
 }
 
@@ -233,6 +236,10 @@ absl::Status check_ranges(const TrainConfig& c) {
   if (c.distributed.master_weights == "sharded" && c.distributed.zero != 1)
     return bad("distributed.master_weights", "sharded shards the master weights with AdamW's moments: it needs "
                                              "distributed.zero 1 (--zero 1)");
+  if (c.distributed.reduce_dtype != "fp32" && c.distributed.reduce_dtype != "bf16")
+    return bad("distributed.reduce_dtype", "expected fp32 or bf16, got '" + c.distributed.reduce_dtype + "'");
+  if (c.distributed.reduce_dtype == "bf16" && !c.distributed.overlap)
+    return bad("distributed.reduce_dtype", "bf16 reduces the overlapped buckets: it needs distributed.overlap true");
   if (c.distributed.master_weights == "sharded" && c.hardware.dtype == "fp32")
     return bad("distributed.master_weights", "sharded trains bf16 working weights: it needs hardware.dtype bf16 "
                                              "(or auto on a GPU), not fp32");

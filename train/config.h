@@ -150,9 +150,13 @@ struct DistributedConfig {
   double bucket_mb = 25;
   int64_t zero = 0;
   std::string master_weights = "whole";
+  // What the gradient collectives carry: fp32 (default), or bf16 (half the bytes on the wire; each
+  // rank's bucket rounded to bf16, summed in bf16, widened back before the average).
+  std::string reduce_dtype = "fp32";
   template <class V>
   void visit(V& v) {
     v("overlap", overlap); v("bucket_mb", bucket_mb); v("zero", zero); v("master_weights", master_weights);
+    v("reduce_dtype", reduce_dtype);
   }
 };
 

@@ -19,6 +19,7 @@ struct Bucket {
   std::vector<int64_t> offset;  // element offset of each parameter in `flat`
   torch::Tensor flat;           // persistent [numel] buffer, the all-reduce runs on it in place
   torch::Tensor shard;          // ZeRO-1: [numel / world], the reduce-scatter's output
+  torch::Tensor low, low_shard; // reduce_dtype bf16: what the collective carries, for the step's sync
   int64_t pending = 0;          // parameters whose gradient is not final yet in this step
   bool launched = false;
   std::function<void()> wait;
@@ -32,6 +33,7 @@ struct GradSync::State {
   StartCollective reduce_scatter;  // ZeRO-1 only
   bool overlap = true;
   bool accumulate = false;         // the distributed optimizer: micro-batch gradients summed in the buckets
+  torch::ScalarType reduce_dtype = torch::kFloat32;
   std::vector<char> got;           // accumulate: a gradient of this parameter arrived in this step
   int64_t bucket_bytes = 25 << 20;
   std::vector<Bucket> buckets;
@@ -48,8 +50,22 @@ struct GradSync::State {
   bool warned_late = false;
 
   void launch(Bucket& b) {
-    b.wait = b.shard.defined() ? reduce_scatter(b.shard, b.flat) : start_sum(b.flat);
+    if (reduce_dtype != torch::kFloat32) {
+      b.low = b.flat.to(reduce_dtype);
+      if (b.shard.defined()) b.low_shard = torch::empty({b.shard.numel()}, b.low.options());
+      b.wait = b.shard.defined() ? reduce_scatter(b.low_shard, b.low) : start_sum(b.low);
+    } else {
+      b.wait = b.shard.defined() ? reduce_scatter(b.shard, b.flat) : start_sum(b.flat);
+    }
     b.launched = true;
+  }
+  // After the wait: a narrower collective's result widened back into the fp32 bucket (or shard).
+  void widen(Bucket& b) {
+    if (!b.low.defined()) return;
+    if (b.shard.defined()) b.shard.copy_(b.low_shard);
+    else b.flat.copy_(b.low);
+    b.low = torch::Tensor();
+    b.low_shard = torch::Tensor();
   }
   void init(const std::vector<BucketPlan>& plan, std::vector<torch::Tensor> flats);
   void add_hooks(const std::shared_ptr<State>& self);
@@ -212,6 +228,13 @@ GradSync::~GradSync() {
 }
 
 bool GradSync::overlap() const { return st_->overlap; }
+
+void GradSync::set_reduce_dtype(torch::ScalarType dtype) {
+  TORCH_CHECK(dtype == torch::kFloat32 || dtype == torch::kBFloat16, "GradSync: reduce dtype ", dtype,
+              " (fp32 or bf16)");
+  TORCH_CHECK(st_->overlap || dtype == torch::kFloat32, "GradSync: a bf16 reduction needs the overlapped buckets");
+  st_->reduce_dtype = dtype;
+}
 const GradSyncStats& GradSync::stats() const { return st_->stats; }
 
 std::vector<std::vector<size_t>> GradSync::bucket_layout() const {
@@ -314,6 +337,7 @@ void GradSync::finish() {
   const double inv = 1.0 / s.world;
   for (auto& b : s.buckets) {
     b.wait();
+    s.widen(b);
     if (b.shard.defined()) {  // ZeRO-1: the shard is the result
       b.shard.mul_(inv);
       if (!s.accumulate) continue;

@@ -71,6 +71,11 @@ class GradSync {
   // gradients are final (clip, step).
   void finish();
 
+  // The collectives carry bf16 instead of fp32 (distributed.reduce_dtype bf16: half the bytes on
+  // the wire): each bucket is rounded to bf16 when it starts, summed in bf16 across ranks, and
+  // widened back to fp32 before the average. The overlapped buckets only (DDP's and ZeRO-1's).
+  void set_reduce_dtype(torch::ScalarType dtype);
+
   bool overlap() const;
   const GradSyncStats& stats() const;
   // Bucket b's parameter indexes (into `params`), in the order the bucket holds them.

@@ -459,6 +459,14 @@ absl::Status Trainer::verify_fast_paths() {
 void Trainer::start_grad_sync() {
   Comm* comm = req_.comm;
   if (comm == nullptr) return;
+  make_grad_sync(comm);
+  if (tc_.distributed.reduce_dtype == "bf16") {
+    grad_sync_->set_reduce_dtype(torch::kBFloat16);
+    if (main_rank_) log_info("data parallel: gradients reduced in bf16 (half the bytes on the wire; distributed.reduce_dtype)");
+  }
+}
+
+void Trainer::make_grad_sync(Comm* comm) {
   if (zero_) {
     // The distributed optimizer's weights turn bf16 here: after the restore, the broadcast and the
     // start-up checks (which run on the fp32 weights), before the hooks take their AccumulateGrad nodes.

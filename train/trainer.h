@@ -185,6 +185,7 @@ class Trainer {
   model::NamedTensors optimizer_state() const;
   model::NamedTensors master_weights() const;
   double planned_device_bytes() const;
+  void make_grad_sync(Comm* comm);
   absl::StatusOr<std::vector<bool>> sharded_master_params() const;
   torch::Tensor take_window(bool more);
   torch::Tensor fetch_window();

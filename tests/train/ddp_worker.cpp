@@ -11,7 +11,8 @@
 // LM_DDP_SIGTERM_AT=N (rank 1 gets a stop request, as SIGTERM's handler makes, when it fetches its
 // N-th window; it writes how many windows it fetched after that to RUN_DIR/rank1.after),
 // LM_DDP_DTYPE (train.hardware.dtype, default auto: fp32 on the CPU), LM_DDP_MASTER
-// (train.distributed.master_weights: sharded is the distributed optimizer).
+// (train.distributed.master_weights: sharded is the distributed optimizer), LM_DDP_REDUCE
+// (train.distributed.reduce_dtype: bf16 gradient collectives).
 #include <csignal>
 #include <cstdio>
 #include <cstdlib>
@@ -77,6 +78,7 @@ int main(int argc, char** argv) {
   r.train.distributed.bucket_mb = std::atof(env_or("LM_DDP_BUCKET_MB", "25"));
   r.train.distributed.zero = std::atoi(env_or("LM_DDP_ZERO", "0"));
   r.train.distributed.master_weights = env_or("LM_DDP_MASTER", "whole");
+  r.train.distributed.reduce_dtype = env_or("LM_DDP_REDUCE", "fp32");
   r.train.hardware.dtype = env_or("LM_DDP_DTYPE", "auto");
   if (const char* clip = std::getenv("LM_DDP_CLIP"); clip != nullptr) r.train.optimizer.grad_clip = std::atof(clip);
   r.train.hardware.device = device;

@@ -152,3 +152,37 @@ TEST(GradSync, BackwardOutsideAStepIsLeftAlone) {
 }
 
 }  // namespace
+
+// distributed.reduce_dtype bf16: every bucket goes out as bf16 (half the bytes), the same length,
+// and finish() leaves the bf16 sum widened and averaged: with two identical ranks, each gradient
+// rounded to bf16 (2g and g/2 are exact). Seen red with the collective left on the fp32 bucket.
+TEST(GradSync, Bf16ReductionCarriesHalfTheBytesAndRoundsTheGradientOnce) {
+  Fixture f;
+  FakeComm fc;
+  fc.world = 2;
+  GradSync gs(f.params, 2, fc.start_sum(), true, kSmallBuckets);
+  gs.set_reduce_dtype(torch::kBFloat16);
+  gs.before_backward(true);
+  f.backward(3);
+  const auto layout = gs.bucket_layout();
+  ASSERT_EQ(fc.launches.size(), layout.size());
+  for (size_t b = 0; b < layout.size(); ++b) {
+    EXPECT_EQ(fc.launches[b].snapshot.scalar_type(), torch::kBFloat16) << "bucket " << b;
+    int64_t n = 0;
+    for (size_t i : layout[b]) n += f.params[i].numel();
+    EXPECT_EQ(fc.launches[b].snapshot.numel(), n) << "bucket " << b;
+  }
+  std::vector<torch::Tensor> local;
+  for (auto& p : f.params) local.push_back(p.grad().clone());
+  gs.finish();
+  int64_t rounded = 0;
+  for (size_t i = 0; i < local.size(); ++i) {
+    auto want = local[i].to(torch::kBFloat16).to(torch::kFloat32);
+    EXPECT_TRUE(torch::equal(f.params[i].grad(), want)) << i;
+    rounded += (want != local[i]).sum().item<int64_t>();
+  }
+  EXPECT_GT(rounded, 0) << "no gradient changed in bf16: the test would not see the reduction's dtype";
+  EXPECT_THROW(GradSync(f.params, 2, fc.start_sum(), false, kSmallBuckets).set_reduce_dtype(torch::kBFloat16),
+               c10::Error);
+}
+
