@@ -32,7 +32,7 @@ struct GradSync::State {
   StartSum start_sum;
   StartCollective reduce_scatter;  // ZeRO-1 only
   bool overlap = true;
-  bool accumulate = false;         // the distributed optimizer: micro-batch gradients summed in the buckets
+  bool accumulate = false;         // ZeRO-1: micro-batch gradients summed in the buckets, no .grad kept
   torch::ScalarType reduce_dtype = torch::kFloat32;
   std::vector<char> got;           // accumulate: a gradient of this parameter arrived in this step
   int64_t bucket_bytes = 25 << 20;
@@ -70,12 +70,16 @@ struct GradSync::State {
   void init(const std::vector<BucketPlan>& plan, std::vector<torch::Tensor> flats);
   void add_hooks(const std::shared_ptr<State>& self);
 
-  void copy_in(size_t i) {
+  // Parameter i's elements in its bucket.
+  torch::Tensor slot(size_t i) {
     Bucket& b = buckets[bucket_of[i]];
+    return b.flat.narrow(0, b.offset[slot_of[i]], params[i].numel());
+  }
+
+  void copy_in(size_t i) {
     const auto& g = params[i].grad();
-    auto slot = b.flat.narrow(0, b.offset[slot_of[i]], params[i].numel());
-    if (g.defined()) slot.copy_(g.reshape({-1}));
-    else slot.zero_();  // an unused parameter adds nothing (same on every rank: same graph)
+    if (g.defined()) slot(i).copy_(g.reshape({-1}));
+    else slot(i).zero_();  // an unused parameter adds nothing (same on every rank: same graph)
   }
 
   // accumulate: this micro-batch's gradient of parameter i into its bucket slot (a copy the
@@ -84,10 +88,8 @@ struct GradSync::State {
   void add_in(size_t i) {
     auto& g = params[i].mutable_grad();
     if (!g.defined()) return;
-    Bucket& b = buckets[bucket_of[i]];
-    auto slot = b.flat.narrow(0, b.offset[slot_of[i]], params[i].numel());
-    if (got[i]) slot.add_(g.reshape({-1}));
-    else slot.copy_(g.reshape({-1}));
+    if (got[i]) slot(i).add_(g.reshape({-1}));
+    else slot(i).copy_(g.reshape({-1}));
     got[i] = 1;
     g = torch::Tensor();
   }
@@ -203,15 +205,14 @@ GradSync::GradSync(std::vector<torch::Tensor> params, int world, StartSum start_
 }
 
 GradSync::GradSync(std::vector<torch::Tensor> params, int world, const std::vector<BucketPlan>& plan,
-                   std::vector<torch::Tensor> flats, std::vector<torch::Tensor> shards, StartCollective reduce_scatter,
-                   bool accumulate)
+                   std::vector<torch::Tensor> flats, std::vector<torch::Tensor> shards, StartCollective reduce_scatter)
     : st_(std::make_shared<State>()) {
   State& s = *st_;
   s.params = std::move(params);
   s.world = world;
   s.reduce_scatter = std::move(reduce_scatter);
   s.overlap = true;
-  s.accumulate = accumulate;
+  s.accumulate = true;
   s.got.assign(s.params.size(), 0);
   s.init(plan, std::move(flats));
   TORCH_CHECK(shards.size() == s.buckets.size(), "GradSync: ", shards.size(), " shards for ", s.buckets.size(), " buckets");
@@ -324,7 +325,7 @@ void GradSync::finish() {
                 " times in one backward (a parameter reached through two AccumulateGrad nodes?)");
     if (s.fired[i] > 0) continue;
     if (!s.accumulate) s.copy_in(i);
-    else if (!s.got[i]) s.buckets[s.bucket_of[i]].flat.narrow(0, s.buckets[s.bucket_of[i]].offset[s.slot_of[i]], s.params[i].numel()).zero_();
+    else if (!s.got[i]) s.slot(i).zero_();
     --s.buckets[s.bucket_of[i]].pending;
     ++late;
   }
@@ -340,7 +341,6 @@ void GradSync::finish() {
     s.widen(b);
     if (b.shard.defined()) {  // ZeRO-1: the shard is the result
       b.shard.mul_(inv);
-      if (!s.accumulate) continue;
       // The placeholder says "trained this step" where .grad is read for that; it holds no bytes.
       for (size_t k : b.params)
         if (s.got[k]) s.params[k].mutable_grad() = torch::empty({0}, s.params[k].options());

@@ -46,22 +46,21 @@ class GradSync {
   // order (the order backward produces their gradients), each up to about `bucket_bytes`.
   GradSync(std::vector<torch::Tensor> params, int world, StartSum start_sum, bool overlap,
            int64_t bucket_bytes);
-  // ZeRO-1 (train/optimizer_shards.h): the buckets of `plan` on the given zeroed `flats`, each
-  // reduce-scattered into `shards[b]` ([numel / world]) from the hooks; finish() leaves the
-  // averaged shard there and the parameters' .grad untouched (local, not reduced).
-  // `accumulate` (the distributed optimizer): every micro-batch's gradient is added into the
-  // (fp32) buckets by the hook and the parameter's .grad dropped at once, so no .grad outlives
-  // its parameter's backward; finish() then gives each parameter that had a gradient an empty
-  // placeholder .grad (defined: "trained this step" for clipping, AdamW and frozen groups).
+  // ZeRO-1 and the distributed optimizer (train/optimizer_shards.h): the buckets of `plan` on the
+  // given zeroed `flats`, each reduce-scattered into `shards[b]` ([numel / world]) from the hooks;
+  // finish() leaves the averaged shard there. Every micro-batch's gradient is added into the
+  // (fp32) buckets by the hook and the parameter's .grad dropped at once (`accumulate`), so no
+  // .grad outlives its parameter's backward; finish() then gives each parameter that had a
+  // gradient an empty placeholder .grad (defined: "trained this step" for clipping, AdamW and
+  // frozen groups).
   GradSync(std::vector<torch::Tensor> params, int world, const std::vector<BucketPlan>& plan,
-           std::vector<torch::Tensor> flats, std::vector<torch::Tensor> shards, StartCollective reduce_scatter,
-           bool accumulate = false);
+           std::vector<torch::Tensor> flats, std::vector<torch::Tensor> shards, StartCollective reduce_scatter);
   ~GradSync();  // removes the hooks
   GradSync(const GradSync&) = delete;
   GradSync& operator=(const GradSync&) = delete;
 
-  // Call at the start of each step, before its first backward: with `accumulate`, the buckets'
-  // sums start over (a step dropped midway leaves partial ones). Otherwise nothing.
+  // Call at the start of each step, before its first backward: with shards, the buckets' sums
+  // start over (a step dropped midway leaves partial ones). Otherwise nothing.
   void begin_step();
   // Call before each backward: `sync` is true only for the last micro-batch of a step; the others
   // accumulate locally (DDP's no_sync), so one all-reduce per step carries the summed gradient.

@@ -11,7 +11,7 @@ namespace lm::train {
 
 OptimizerShards::OptimizerShards(std::vector<torch::Tensor> params, int rank, int world, int64_t bucket_bytes,
                                  std::vector<bool> bf16_working)
-    : params_(std::move(params)), rank_(rank), world_(world) {
+    : params_(std::move(params)), rank_(rank) {
   TORCH_CHECK(world >= 1 && rank >= 0 && rank < world, "OptimizerShards: rank ", rank, " of ", world);
   TORCH_CHECK(bf16_working.empty() || bf16_working.size() == params_.size(), "OptimizerShards: ",
               bf16_working.size(), " bf16_working flags for ", params_.size(), " parameters");
@@ -19,8 +19,7 @@ OptimizerShards::OptimizerShards(std::vector<torch::Tensor> params, int rank, in
   plan_ = plan_buckets(params_, bucket_bytes, kShardAlign, kShardAlign * world, kind);
   masters_.assign(plan_.size(), torch::Tensor());
   parts_.assign(params_.size(), {});
-  bucket_of_.assign(params_.size(), 0);
-  shard_offset_.assign(params_.size(), 0);
+  std::vector<int64_t> shard_offset(params_.size(), 0);  // parameter -> where its part lies in the bucket's shard
   for (size_t b = 0; b < plan_.size(); ++b) {
     const BucketPlan& bp = plan_[b];
     const auto opts = params_[bp.params.back()].options().requires_grad(false);
@@ -33,11 +32,10 @@ OptimizerShards::OptimizerShards(std::vector<torch::Tensor> params, int rank, in
       const size_t k = bp.params[j];
       const int64_t at = bp.offset[j];
       const int64_t lo = std::max(at, mine), hi = std::min(at + params_[k].numel(), mine + size);
-      bucket_of_[k] = b;
       into_weights(k, weights_[b].narrow(0, at, params_[k].numel()));
       if (hi <= lo) continue;  // none of it is this rank's
       parts_[k] = {lo - at, hi - lo, shards_[b].narrow(0, lo - mine, hi - lo), {}};
-      shard_offset_[k] = lo - mine;
+      shard_offset[k] = lo - mine;
     }
     if (kind.empty() || kind[bp.params.front()] == 0) continue;
     // The fp32 masters of this rank's shard (taken again from the weights when they turn bf16).
@@ -45,7 +43,7 @@ OptimizerShards::OptimizerShards(std::vector<torch::Tensor> params, int rank, in
     // Every parameter of the bucket, this rank's part or not: AdamW's empty slot of a part on
     // another rank must not be a view of the fp32 weights (it would keep them alive).
     for (size_t k : bp.params)
-      parts_[k].value = masters_[b].narrow(0, parts_[k].len > 0 ? shard_offset_[k] : 0, parts_[k].len);
+      parts_[k].value = masters_[b].narrow(0, parts_[k].len > 0 ? shard_offset[k] : 0, parts_[k].len);
   }
 }
 

@@ -80,7 +80,7 @@ class OptimizerShards {
 
  private:
   std::vector<torch::Tensor> params_;
-  int rank_ = 0, world_ = 1;
+  int rank_ = 0;
   std::vector<BucketPlan> plan_;
   void into_weights(size_t k, torch::Tensor slot);
 
@@ -89,8 +89,6 @@ class OptimizerShards {
   std::vector<torch::Tensor> masters_;  // per bucket [numel / world] fp32 for a bf16_working bucket, else undefined
   bool bf16_ = false;                   // use_bf16_working_weights ran
   std::vector<ParamPart> parts_;
-  std::vector<size_t> bucket_of_;        // parameter -> bucket
-  std::vector<int64_t> shard_offset_;    // parameter -> where its part lies in the bucket's shard
 };
 
 }  // namespace lm::train

@@ -476,8 +476,7 @@ void Trainer::make_grad_sync(Comm* comm) {
     // its .grad dropped, so no whole .grad is kept beside the buckets (4 bytes a parameter).
     grad_sync_ = std::make_unique<GradSync>(
         plist_, comm->world(), zero_->plan(), zero_->flats(), zero_->shards(),
-        [comm](torch::Tensor out, torch::Tensor in) { return comm->start_reduce_scatter(std::move(out), std::move(in)); },
-        /*accumulate=*/true);
+        [comm](torch::Tensor out, torch::Tensor in) { return comm->start_reduce_scatter(std::move(out), std::move(in)); });
     if (main_rank_)
       log_info("data parallel: %d ranks, %s, ZeRO-1: gradients summed in %d buckets of <= %.0f MiB (no .grad kept), "
                "reduce-scatter overlapped with backward, AdamW on this rank's shard (%.1f MiB of moments%s), weights all-gathered%s",

@@ -195,7 +195,7 @@ CountedSharded count_sharded_step(const model::ModelConfig& cfg, int64_t seq, in
     out.narrow(0, 0, in.numel()).copy_(in);
     return std::function<void()>([] {});
   };
-  GradSync sync(plist, kWorld, shards.plan(), shards.flats(), shards.shards(), reduce_scatter, /*accumulate=*/true);
+  GradSync sync(plist, kWorld, shards.plan(), shards.flats(), shards.shards(), reduce_scatter);
   const torch::Device cpu(torch::kCPU);
   // Two micro-batches (2, then 4 rows) of one step, as Trainer::accumulate_gradients runs them.
   std::map<int64_t, int64_t> forward;
